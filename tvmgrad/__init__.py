@@ -1,0 +1,16 @@
+"""tvmgrad: PaddlePaddle's backward operators as compiled Apache TVM kernels.
+
+    tvmgrad.run(op, inputs, attrs=None, *, target="llvm") -> dict
+"""
+
+import os as _os
+
+# TVM's CPU pool starts with one thread on some machines; use every core unless told otherwise.
+_os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))
+                                              if hasattr(_os, "sched_getaffinity") else _os.cpu_count()))
+
+from .infer_meta import TensorMeta  # noqa: E402
+from .runtime import Launch, prepare, run  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["run", "prepare", "Launch", "TensorMeta", "__version__"]

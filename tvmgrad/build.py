@@ -1,0 +1,60 @@
+"""Plan -> scheduled IRModule -> compiled TVM module. Knows no op semantics."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import pathlib
+
+from .families.base import Plan
+from .targets import Resolved
+
+__all__ = ["lower", "compile_plan", "source_digest"]
+
+
+def lower(plan: Plan, target: Resolved):
+    """The scheduled IRModule of a plan for a target."""
+    from . import schedules
+    func = plan.make().with_attr("global_symbol", plan.symbol)
+    return schedules.apply(func, target.kind)
+
+
+def compile_plan(plan: Plan, target: Resolved):
+    """Compile a plan; for CUDA, check that every kernel really runs on the device."""
+    import tvm
+    mod = lower(plan, target)
+    with tvm.transform.PassContext(opt_level=3):
+        ex = tvm.compile(mod, target=target.target)
+    if target.is_gpu:
+        device_mods = [m for m in ex.mod.imports if m.kind == "cuda"]
+        if not device_mods:
+            raise RuntimeError(f"{plan.symbol}: CUDA build produced no device code "
+                               f"(a block was left unscheduled and would run on the host)")
+    return ex
+
+
+@functools.cache
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+def source_digest(impl, target_kind: str) -> str:
+    """Hash of every source file that shapes an op's generated code for a target kind.
+
+    The op's te_defs module and its private helpers (te_defs/_*.py), the family machinery, the
+    schedule rules and this module. Editing one family recompiles that family only.
+    """
+    from . import schedules
+    te_dir = pathlib.Path(impl.source_file).parent
+    files = {impl.source_file, __file__, inspect.getsourcefile(type(impl)),
+             str(pathlib.Path(__file__).parent / "families" / "base.py")}
+    files.update(str(p) for p in te_dir.glob("_*.py"))
+    forward = getattr(impl, "forward", None)
+    if forward is not None:
+        files.add(inspect.getsourcefile(type(forward.impl)))
+    files.update(schedules.source_files(target_kind))
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(_file_digest(f).encode())
+    return h.hexdigest()

@@ -1,0 +1,94 @@
+"""The dtype layer: how a user's array dtype is stored in a TVM buffer and computed in TE.
+
+One place decides that half types compute in float32, that bfloat16 crosses DLPack as uint16 and
+that complex numbers (which TVM lacks) are stored as a trailing pair of reals. Kernels and the
+runtime ask this module; nobody else special-cases a dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["DType", "dtype", "FLOATS", "HALF", "COMPLEX", "INTS"]
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str             # user-facing name, numpy spelling ("bfloat16", "complex64", "int64")
+    numpy: np.dtype       # numpy dtype of the user's array
+    storage: str          # TVM dtype of a buffer element
+    lanes: int            # 2 for complex (a trailing dim of real/imag pairs), else 1
+    compute: str          # TVM dtype the math runs in
+    kind: str             # "float", "complex", "int", "bool"
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def dlpack_view(self) -> np.dtype | None:
+        """numpy dtype to view the array as before DLPack export (numpy can't export bfloat16)."""
+        return np.dtype(np.uint16) if self.name == "bfloat16" else (
+            np.dtype(self.storage) if self.lanes == 2 else None)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _make(name, storage=None, lanes=1, compute=None, kind="float"):
+    npd = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    storage = storage or name
+    return DType(name, npd, storage, lanes, compute or storage, kind)
+
+
+_ALL = {
+    "float16": _make("float16", compute="float32"),
+    "bfloat16": _make("bfloat16", compute="float32"),
+    "float32": _make("float32"),
+    "float64": _make("float64"),
+    "complex64": _make("complex64", storage="float32", lanes=2, kind="complex"),
+    "complex128": _make("complex128", storage="float64", lanes=2, kind="complex"),
+    "bool": _make("bool", kind="bool"),
+    "int8": _make("int8", kind="int"),
+    "uint8": _make("uint8", kind="int"),
+    "int16": _make("int16", kind="int"),
+    "int32": _make("int32", kind="int"),
+    "int64": _make("int64", kind="int"),
+}
+
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+HALF = ("float16", "bfloat16")
+COMPLEX = ("complex64", "complex128")
+INTS = ("int32", "int64")
+
+
+def dtype(x) -> DType:
+    """The DType of a name, numpy dtype, DType or array."""
+    if isinstance(x, DType):
+        return x
+    if hasattr(x, "dtype") and not isinstance(x, (np.dtype, type)):
+        x = x.dtype
+    try:
+        name = np.dtype(x).name
+    except TypeError:
+        name = str(x)
+    if name not in _ALL:
+        raise TypeError(f"unsupported dtype {name!r}; tvmgrad handles {sorted(_ALL)}")
+    return _ALL[name]
+
+
+def to_compute(value, dt: DType):
+    """A loaded element in the compute dtype.
+
+    bfloat16 widens by bit shift: TVM 0.27's LLVM bf16 legalisation turns a bf16 load inside a
+    ``Let`` value into a numeric uint16 -> float conversion (garbage); the shift is exact on every
+    target.
+    """
+    from tvm import tirx
+    if dt.name == "bfloat16":
+        bits = tirx.reinterpret("uint16", value).astype("uint32") << tirx.const(16, "uint32")
+        return tirx.reinterpret("float32", bits)
+    return value if dt.storage == dt.compute else value.astype(dt.compute)

@@ -1,0 +1,6 @@
+"""Op families: the shared machinery that turns a short TE definition into kernels."""
+
+from .base import Arg, OpError, OpImpl, Plan
+from .pointwise import pointwise
+
+__all__ = ["Arg", "OpError", "OpImpl", "Plan", "pointwise"]

@@ -1,0 +1,97 @@
+"""What every op family hands the runtime: a Plan per call, naming one compiled kernel.
+
+A family turns a validated call into a ``Plan``: the kernel's identity (``key``: everything that
+changes the generated code, never a size), how to build it (``make``: an unscheduled PrimFunc with
+symbolic sizes) and how this call's arrays map onto its parameters (``args``, with zero-copy view
+shapes). The runtime, the cache, AOT libraries and Relax all consume Plans and nothing else.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..dtypes import FLOATS, DType
+
+__all__ = ["Arg", "Plan", "OpImpl", "OpError"]
+
+
+class OpError(ValueError):
+    """Bad input found by a family's planner (shapes that no kernel variant accepts)."""
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel parameter.
+
+    kind: ``input`` / ``output`` (a buffer; ``index`` picks an element of a Tensor[]; ``shape`` is
+    the view this call passes, None for the array's own shape) or ``scalar`` (a runtime attribute
+    value of TVM dtype ``dtype``).
+    """
+
+    kind: str
+    name: str
+    index: int | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    value: Any = None
+
+
+@dataclass
+class Plan:
+    key: tuple
+    symbol: str
+    make: Callable[[], Any] = field(repr=False)
+    args: tuple[Arg, ...] = ()
+    pattern: str = "generic"      # a hint for schedule rules and for `tvmgrad info`
+
+
+class OpImpl:
+    """Base of every family's implementation object; ``te_defs`` modules create them by decorator.
+
+    ``name`` is the op (a backward.yaml op, or a forward op that an ``invoke`` names).
+    """
+
+    family_kind = "generic"
+
+    def __init__(self, fn: Callable, *, dtypes=FLOATS, infer_meta: str | None = None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.doc = inspect.getdoc(fn) or ""
+        self.dtypes = tuple(dtypes)
+        self.infer_meta = infer_meta
+        self.source_file = inspect.getsourcefile(fn)
+        self.module = fn.__module__
+        self.params = tuple(inspect.signature(fn).parameters)
+
+    @property
+    def family(self) -> str:
+        return self.module.rsplit(".", 1)[-1]
+
+    def plan(self, call, outs) -> Plan:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def check_dtype(self, call, names) -> DType:
+        """The one floating dtype shared by ``names``; TypeError naming the offending input."""
+        from ..dtypes import dtype as as_dtype
+        found = None
+        for name in names:
+            meta = call.meta(name)
+            if meta is None:
+                continue
+            dt = meta.dtype
+            if dt.name not in self.dtypes:
+                raise TypeError(f"{call.op}: input {name!r} has dtype {dt.name}; "
+                                f"{call.op} supports {', '.join(self.dtypes)}")
+            if found is None:
+                found = (name, dt)
+            elif dt != found[1]:
+                raise TypeError(f"{call.op}: input {name!r} has dtype {dt.name} but "
+                                f"{found[0]!r} has {found[1].name}; they must match")
+        if found is None:
+            raise ValueError(f"{call.op}: no tensor input given")
+        return as_dtype(found[1])
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} ({self.family})>"

@@ -1,0 +1,217 @@
+"""The pointwise family: a grad written as a scalar function of scalars.
+
+``@pointwise`` turns ``def relu_grad(out, out_grad): return where(out > 0, out_grad, 0.0)`` into a
+kernel over broadcast inputs. The op's code is the scalar formula only; this module
+
+* broadcasts the inputs (numpy rules) and reduces each output back to its own shape (a sum over the
+  broadcast dims, accumulated in the compute dtype);
+* coalesces adjacent dims that broadcast alike, so one kernel per *broadcast pattern* serves every
+  shape and rank (all same-shape calls hit one flat 1-D kernel);
+* loads each input once into a let-bound scalar in the compute dtype (float32 for half types), so
+  ``Select`` stays a select (TVM rewrites selects over loads into branches that do not vectorise);
+* passes float attributes as runtime scalars (one kernel for every alpha), bakes the rest in;
+* writes in-place targets last, so the YAML ``inplace`` pairs may alias safely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import numbers
+from typing import Callable
+
+from ..dtypes import FLOATS, DType, to_compute
+from ..infer_meta import MetaError, broadcast_shapes
+from .base import Arg, OpError, OpImpl, Plan
+
+__all__ = ["pointwise", "Pointwise", "RUNTIME_ATTR_TYPES"]
+
+RUNTIME_ATTR_TYPES = ("float", "double", "Scalar")
+
+
+class Pointwise(OpImpl):
+    family_kind = "pointwise"
+
+    def __init__(self, fn: Callable, *, broadcast=None, views=None, dtypes=FLOATS,
+                 infer_meta=None, static=()):
+        super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
+        self.broadcast = None if broadcast is None else tuple(broadcast)
+        self.views = views
+        self.static = tuple(static)
+
+    # -- planning ------------------------------------------------------------------------------
+    def _broadcasting_inputs(self, spec) -> set[str]:
+        """Inputs allowed to differ from the broadcast shape: declared, else the distinct tensors
+        shape inference is given (two or more means a broadcasting binary op)."""
+        if self.broadcast is not None:
+            return set(self.broadcast)
+        params = spec.infer_meta.param if spec.infer_meta and spec.infer_meta.param else ()
+        tensors = {p.name for p in spec.tensor_args}
+        named = {p for p in params if p in tensors}
+        return named if len(named) > 1 else set()
+
+    def runtime_attrs(self, spec) -> list[str]:
+        return [p.name for p in spec.attrs
+                if p.base_type in RUNTIME_ATTR_TYPES and p.name not in self.static]
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        dt = self.check_dtype(call, present)
+        shapes = {n: call.meta(n).shape for n in present}
+        out_names = [o.name for o, m in zip(spec.outputs, outs) if m is not None]
+        shapes.update({o.name: m.shape for o, m in zip(spec.outputs, outs) if m is not None})
+        if self.views:
+            shapes.update(self.views(dict(shapes), call.attrs))
+        try:
+            domain = broadcast_shapes(*(shapes[n] for n in present), names=tuple(present))
+        except MetaError as exc:
+            raise OpError(f"{op}: {exc}") from None
+        free = self._broadcasting_inputs(spec)
+        for n in present:
+            if n not in free and tuple(shapes[n]) != domain:
+                raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
+                              f"{list(domain)} (the shape of the other inputs)")
+        operands = present + out_names
+        groups, masks = _coalesce(domain, [shapes[n] for n in operands], operands, op)
+        view = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in enumerate(operands)}
+
+        runtime = self.runtime_attrs(spec)
+        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
+        mask_key = tuple(tuple(m) for m in masks)
+        key = ("pointwise", op, dt.name, tuple(present), tuple(out_names), mask_key, static)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        args = ([Arg("input", n, shape=view[n]) for n in present]
+                + [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+                + [Arg("output", n, shape=view[n]) for n in out_names])
+        attrs = dict(call.attrs)
+        return Plan(
+            key=key, symbol=f"{op}_{dt.name}_{digest}",
+            make=lambda: self._make(spec, dt, present, out_names, masks, runtime, attrs),
+            args=tuple(args), pattern="elementwise" if not any(any(m) for m in masks) else "broadcast",
+        )
+
+    # -- TE -----------------------------------------------------------------------------------
+    def _make(self, spec, dt: DType, present, out_names, masks, runtime, attrs):
+        from tvm import te, tirx
+
+        k = len(masks)
+        dims = [te.var(f"n{j}", "int64") for j in range(k)]
+        n_in = len(present)
+
+        def shape_of(i):
+            return [1 if masks[j][i] else dims[j] for j in range(k)]
+
+        holders = {n: te.placeholder(shape_of(i), dt.storage, name=n) for i, n in enumerate(present)}
+        scalars = {n: te.var(n, dt.compute) for n in runtime}
+        n_outputs = len(spec.outputs)
+        formula_args = [p.name for p in spec.args]
+
+        def formula(idx):
+            """Fresh let-bound loads, the op's scalar formula, and the lets to wrap each output."""
+            loads = {n: tirx.Var(f"{n}_v", dt.compute) for n in present}
+            kwargs = {}
+            for name in formula_args:
+                if name in loads:
+                    kwargs[name] = loads[name]
+                elif name in scalars:
+                    kwargs[name] = scalars[name]
+                elif name in attrs:
+                    kwargs[name] = attrs[name]
+                else:
+                    kwargs[name] = None        # an absent optional input
+            result = self.fn(**kwargs)
+            result = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+            if len(result) != n_outputs:
+                raise RuntimeError(f"{spec.name}: formula returns {len(result)} values for "
+                                   f"{n_outputs} outputs {spec.output_names}")
+
+            def bind(expr):
+                if isinstance(expr, numbers.Number) or expr is None:
+                    return tirx.const(expr or 0, dt.compute)
+                if str(expr.ty) != dt.compute:
+                    expr = expr.astype(dt.compute)
+                used = _free_vars(expr)
+                for i, n in reversed(list(enumerate(present))):
+                    if any(v.same_as(loads[n]) for v in used):
+                        point = [0 if masks[j][i] else idx[j] for j in range(k)]
+                        expr = tirx.Let(loads[n], to_compute(holders[n](*point), dt), expr)
+                return expr
+
+            return {o.name: bind(r) for o, r in zip(spec.outputs, result)}
+
+        out_index = {n: n_in + i for i, n in enumerate(out_names)}
+        full = [n for n in out_names if not any(masks[j][out_index[n]] for j in range(k))]
+        reduced = [n for n in out_names if n not in full]
+        inplace_targets = {dst for _, dst in spec.inplace}
+        full.sort(key=lambda n: n in inplace_targets)       # aliased outputs are written last
+
+        tensors = {}
+        def reduction(n, i):
+            raxes = [te.reduce_axis((0, dims[j]), name=f"r{j}") for j in range(k) if masks[j][i]]
+
+            def body(*idx):
+                it = iter(raxes)
+                point = [next(it) if masks[j][i] else idx[j] for j in range(k)]
+                return te.sum(formula(point)[n], axis=raxes)
+
+            if dt.storage == dt.compute:
+                return te.compute(shape_of(i), body, name=n)
+            acc = te.compute(shape_of(i), body, name=f"{n}_acc")
+            return te.compute(shape_of(i), lambda *idx: acc(*idx).astype(dt.storage), name=n)
+
+        tensors = {n: reduction(n, out_index[n]) for n in reduced}   # reductions read inputs first
+        if full:
+            res = te.compute(
+                dims, lambda *idx: [formula(idx)[n].astype(dt.storage) for n in full],
+                name=spec.name)
+            res = res if isinstance(res, (list, tuple)) else [res]
+            tensors.update(zip(full, res))
+
+        params = ([holders[n] for n in present] + [scalars[n] for n in runtime]
+                  + [tensors[n] for n in out_names])
+        return te.create_prim_func(params)
+
+
+def _free_vars(expr) -> list:
+    from tvm import tirx
+    return tirx.analysis.undefined_vars(expr)
+
+
+def _coalesce(domain, shapes, names, op):
+    """Merge adjacent dims that every operand broadcasts alike; drop size-1 dims.
+
+    Returns the group sizes and, per group, a tuple of "operand is broadcast here" flags.
+    """
+    rank = len(domain)
+    aligned = []
+    for name, s in zip(names, shapes):
+        if len(s) > rank:
+            raise OpError(f"{op}: {name!r} has rank {len(s)}, more than the broadcast rank {rank}")
+        aligned.append((1,) * (rank - len(s)) + tuple(s))
+    groups: list[int] = []
+    masks: list[tuple[bool, ...]] = []
+    for d in range(rank):
+        if domain[d] == 1:
+            continue
+        mask = []
+        for name, s in zip(names, aligned):
+            if s[d] not in (1, domain[d]):
+                raise OpError(f"{op}: {name!r} has shape {list(s)}, which does not broadcast to "
+                              f"{list(domain)}")
+            mask.append(s[d] == 1)
+        mask = tuple(mask)
+        if masks and masks[-1] == mask:
+            groups[-1] *= domain[d]
+        else:
+            groups.append(domain[d])
+            masks.append(mask)
+    if not groups:
+        groups, masks = [1], [tuple(False for _ in names)]
+    return groups, masks
+
+
+def pointwise(fn=None, **options):
+    """Decorator: register a scalar formula as a pointwise op (see module docstring)."""
+    if fn is None:
+        return lambda f: Pointwise(f, **options)
+    return Pointwise(fn, **options)

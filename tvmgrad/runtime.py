@@ -1,0 +1,146 @@
+"""``tvmgrad.run`` and the lower-level ``prepare``: validate, infer, fetch a kernel, call it.
+
+Arrays cross into TVM by DLPack without copies (a view with the kernel's coalesced shape); the
+dtype layer decides how bfloat16 and complex storage are viewed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import registry
+from .cache import KernelCache, default_cache
+from .call import BoundCall, bind
+from .dtypes import DType, dtype as as_dtype
+from .families.base import Arg, Plan
+from .infer_meta import TensorMeta
+from .targets import Resolved, resolve
+
+__all__ = ["run", "prepare", "Launch"]
+
+
+@dataclass
+class Launch:
+    """A validated call bound to its compiled kernel: call it (repeatedly) to get the outputs."""
+
+    op: "registry.Op"
+    call: BoundCall
+    plan: Plan
+    outputs: list                 # TensorMeta per output (None: not produced)
+    target: Resolved
+    function: object
+
+    def __call__(self, out: dict | None = None, *, inplace: bool = False) -> dict:
+        """Run the kernel. ``out`` may supply output arrays (contiguous, right shape and dtype);
+        ``inplace`` writes each YAML ``inplace`` output into its input's buffer."""
+        spec = self.op.spec
+        given = dict(out or {})
+        if inplace:
+            for src, dst in spec.inplace:
+                given.setdefault(dst, self.call.tensors[src])
+        results = {}
+        for o, meta in zip(spec.outputs, self.outputs):
+            if meta is None:
+                results[o.name] = None
+            elif o.name in given:
+                results[o.name] = _check_out(spec.name, o.name, given[o.name], meta)
+            else:
+                results[o.name] = np.empty(meta.shape, dtype=meta.dtype.numpy)
+        if self.target.is_gpu:
+            return self._call_device(results)
+        args = [self._arg(a, results) for a in self.plan.args]
+        self.function(*args)
+        return results
+
+    def _arg(self, a: Arg, results: dict):
+        if a.kind == "scalar":
+            return a.value
+        array = self.call.tensors[a.name] if a.kind == "input" else results[a.name]
+        if a.index is not None:
+            array = array[a.index]
+        return to_tvm(array, a.shape, as_dtype(array.dtype))
+
+    def _call_device(self, results: dict) -> dict:
+        import tvm
+        dev = self.target.device()
+        args, copies = [], []
+        for a in self.plan.args:
+            if a.kind == "scalar":
+                args.append(a.value)
+                continue
+            host = self.call.tensors[a.name] if a.kind == "input" else results[a.name]
+            if a.index is not None:
+                host = host[a.index]
+            dt = as_dtype(host.dtype)
+            arr = _storage_view(np.ascontiguousarray(host), dt)
+            dev_arr = tvm.runtime.tensor(arr, dev)
+            shape = tuple(a.shape if a.shape is not None else host.shape) + ((2,) if dt.lanes == 2 else ())
+            args.append(dev_arr._create_view(shape, dt.storage))
+            if a.kind == "output":
+                copies.append((dev_arr, host))
+        self.function(*args)
+        dev.sync()
+        for dev_arr, host in copies:
+            dt = as_dtype(host.dtype)
+            _storage_view(host, dt)[...] = dev_arr.numpy().reshape(_storage_view(host, dt).shape)
+        return results
+
+
+def _storage_view(array: np.ndarray, dt: DType) -> np.ndarray:
+    view = dt.dlpack_view
+    return array.view(view) if view is not None else array
+
+
+def to_tvm(array, shape, dt: DType):
+    """A zero-copy TVM tensor over a host array, viewed with ``shape`` in the storage dtype."""
+    import tvm_ffi
+    if isinstance(array, np.ndarray):
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        base = _storage_view(array, dt)
+        tensor = tvm_ffi.from_dlpack(base, require_alignment=0)
+    else:
+        tensor = tvm_ffi.from_dlpack(array, require_alignment=0)
+    shape = tuple(shape if shape is not None else array.shape)
+    if dt.lanes == 2:
+        shape += (2,)
+    if dt.dlpack_view is not None or tuple(tensor.shape) != shape:
+        tensor = tensor._create_view(shape, dt.storage)
+    return tensor
+
+
+def _check_out(op: str, name: str, array, meta: TensorMeta):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{op}: output {name!r} must be a numpy array")
+    if tuple(array.shape) != meta.shape or as_dtype(array.dtype) != meta.dtype:
+        raise ValueError(f"{op}: output {name!r} must have shape {list(meta.shape)} and dtype "
+                         f"{meta.dtype.name}, got {list(array.shape)} {array.dtype}")
+    if not array.flags.c_contiguous or not array.flags.writeable:
+        raise ValueError(f"{op}: output {name!r} must be a writable C-contiguous array")
+    return array
+
+
+def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",
+            cache: KernelCache | None = None) -> Launch:
+    """Validate a call, infer its outputs and fetch (or build) its kernel."""
+    entry = registry.get(op)
+    if not entry.available:
+        raise NotImplementedError(f"{op}: listed in backward.yaml but not implemented yet")
+    call = bind(entry.spec, inputs, attrs)
+    outs = registry.infer_outputs(entry, call)
+    plan = entry.impl.plan(call, outs)
+    tgt = resolve(target)
+    kernel = (cache or default_cache).get(plan, entry.impl, tgt)
+    return Launch(entry, call, plan, outs, tgt, kernel.function)
+
+
+def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",
+        inplace: bool = False) -> dict:
+    """Run backward op ``op``: inputs and attrs keyed by the YAML names, outputs likewise.
+
+    ``inplace=True`` honours the YAML ``inplace`` pairs: the output is written into the
+    input's array, which must be a writable contiguous array of the output's shape and dtype.
+    """
+    return prepare(op, inputs, attrs, target=target)(inplace=inplace)
