@@ -75,7 +75,8 @@ def _forward_specs(specs: dict[str, OpSpec], impls: dict[str, OpImpl]) -> dict[s
             continue
         found[sig.name] = OpSpec(
             name=sig.name, forward=sig, args=sig.params, outputs=sig.outputs,
-            infer_meta=InferMetaSpec(impl.infer_meta) if impl.infer_meta else None,
+            infer_meta=InferMetaSpec(impl.infer_meta, tuple(p.name for p in sig.params if p.is_tensor))
+            if impl.infer_meta else None,
             attr_defaults=tuple((p.name, p.default) for p in sig.params
                                 if not p.is_tensor and p.has_default),
         )

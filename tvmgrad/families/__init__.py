@@ -2,5 +2,6 @@
 
 from .base import Arg, OpError, OpImpl, Plan
 from .pointwise import pointwise
+from .tensor import tensor_op
 
-__all__ = ["Arg", "OpError", "OpImpl", "Plan", "pointwise"]
+__all__ = ["Arg", "OpError", "OpImpl", "Plan", "pointwise", "tensor_op"]

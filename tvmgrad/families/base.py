@@ -73,25 +73,26 @@ class OpImpl:
         raise NotImplementedError
 
     def check_dtype(self, call, names) -> DType:
-        """The one floating dtype shared by ``names``; TypeError naming the offending input."""
-        from ..dtypes import dtype as as_dtype
-        found = None
+        """The one dtype shared by the tensors ``names`` (Tensor[] elements included), which must
+        be one this op supports; TypeError naming the offending input otherwise."""
+        pairs = []
         for name in names:
             meta = call.meta(name)
-            if meta is None:
-                continue
-            dt = meta.dtype
-            if dt.name not in self.dtypes:
-                raise TypeError(f"{call.op}: input {name!r} has dtype {dt.name}; "
-                                f"{call.op} supports {', '.join(self.dtypes)}")
-            if found is None:
-                found = (name, dt)
-            elif dt != found[1]:
-                raise TypeError(f"{call.op}: input {name!r} has dtype {dt.name} but "
-                                f"{found[0]!r} has {found[1].name}; they must match")
-        if found is None:
+            if isinstance(meta, list):
+                pairs += [(f"{name}[{i}]", m) for i, m in enumerate(meta)]
+            elif meta is not None:
+                pairs.append((name, meta))
+        if not pairs:
             raise ValueError(f"{call.op}: no tensor input given")
-        return as_dtype(found[1])
+        first_name, first = pairs[0]
+        for name, meta in pairs:
+            if meta.dtype.name not in self.dtypes:
+                raise TypeError(f"{call.op}: input {name!r} has dtype {meta.dtype.name}; "
+                                f"{call.op} supports {', '.join(self.dtypes)}")
+            if meta.dtype != first.dtype:
+                raise TypeError(f"{call.op}: input {name!r} has dtype {meta.dtype.name} but "
+                                f"{first_name!r} has {first.dtype.name}; they must match")
+        return first.dtype
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} ({self.family})>"

@@ -1,0 +1,174 @@
+"""Shared test machinery: run an op in tvmgrad and in Paddle 3.3.1 and compare.
+
+Paddle is the oracle. Its CPU build registers most grads for float32/float64 only; for float16
+and bfloat16 the oracle runs Paddle in float32 on the (already rounded) half inputs and rounds
+the result, which is what Paddle's GPU kernels do (they compute half types in float32).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+
+import tvmgrad
+from tvmgrad.spec import load_specs
+
+warnings.filterwarnings("ignore", module="paddle")
+
+FLOATS = ("float32", "float64", "float16", "bfloat16")
+
+# (rtol, atol) of tvmgrad vs the oracle, per dtype of the outputs.
+TOL = {
+    "float64": (1e-10, 1e-12),
+    "float32": (2e-5, 1e-6),
+    "float16": (2e-3, 2e-4),
+    "bfloat16": (1.6e-2, 1e-3),
+}
+
+_rng = np.random.default_rng(0)
+
+
+def rng(seed: int = 0) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def np_dtype(name: str):
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def cast(value, dtype: str):
+    """Cast float arrays (and lists of them) to ``dtype``; leave integer/bool arrays alone."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [cast(v, dtype) for v in value]
+    value = np.asarray(value)
+    if value.dtype.kind == "f" or value.dtype == np_dtype("bfloat16"):
+        return value.astype(np_dtype(dtype))
+    return value
+
+
+# ------------------------------------------------------------------------------------------
+# Paddle
+
+def _paddle():
+    import paddle
+    paddle.set_device("cpu")
+    return paddle
+
+
+def to_paddle(value, dtype: str | None = None):
+    """numpy (incl. ml_dtypes bfloat16) -> paddle Tensor of the same dtype (or ``dtype``)."""
+    paddle = _paddle()
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [to_paddle(v, dtype) for v in value]
+    value = np.asarray(value)
+    if value.dtype == np_dtype("bfloat16"):
+        return paddle.to_tensor(value.astype(np.float32)).astype("bfloat16")
+    t = paddle.to_tensor(value)
+    return t.astype(dtype) if dtype and value.dtype.kind == "f" else t
+
+
+def from_paddle(t):
+    if t is None:
+        return None
+    if isinstance(t, (list, tuple)):
+        return [from_paddle(x) for x in t]
+    if str(t.dtype).endswith("bfloat16"):
+        return t.astype("float32").numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def c_ops(op: str, inputs: dict, attrs: dict) -> dict:
+    """Call ``paddle._C_ops.<op>`` with the YAML args in YAML order; outputs by YAML name."""
+    paddle = _paddle()
+    spec = load_specs()[op]
+    full_attrs = {**spec.defaults, **(attrs or {})}
+    args = []
+    for p in spec.args:
+        args.append(to_paddle(inputs.get(p.name)) if p.is_tensor else full_attrs[p.name])
+    result = getattr(paddle._C_ops, op)(*args)
+    if not isinstance(result, (list, tuple)) or spec.outputs[0].is_list and len(spec.outputs) == 1:
+        result = (result,)
+    return {o.name: from_paddle(r) for o, r in zip(spec.outputs, result)}
+
+
+def oracle_outputs(op: str, inputs: dict, attrs: dict | None, oracle=None) -> dict:
+    """Paddle's outputs for these (already cast) inputs; half types via float32 (see module doc)."""
+    def call(arrays):
+        return c_ops(op, arrays, attrs or {}) if oracle is None else oracle(arrays, attrs or {})
+
+    half = _half_dtype(inputs)
+    if half is None:
+        return call(inputs)
+    out = call({k: cast(v, "float32") for k, v in inputs.items()})
+    return {k: cast(v, half) for k, v in out.items()}
+
+
+def _half_dtype(inputs: dict) -> str | None:
+    for v in inputs.values():
+        for a in (v if isinstance(v, list) else [v]):
+            if a is not None and np.asarray(a).dtype in (np.dtype(np.float16), np_dtype("bfloat16")):
+                return np.asarray(a).dtype.name
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# Comparison
+
+def assert_close(name: str, got, want, dtype: str, rtol=None, atol=None) -> None:
+    """Equal shapes and dtypes, NaN where the oracle has NaN, values within tolerance."""
+    if want is None:
+        assert got is None, f"{name}: expected no output"
+        return
+    assert got is not None, f"{name}: output missing"
+    if isinstance(want, list):
+        assert len(got) == len(want), name
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close(f"{name}[{i}]", g, w, dtype, rtol, atol)
+        return
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
+    d_rtol, d_atol = TOL.get(dtype, TOL["float32"])
+    g64, w64 = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_allclose(g64, w64, rtol=rtol if rtol is not None else d_rtol,
+                               atol=atol if atol is not None else d_atol, equal_nan=True,
+                               err_msg=f"output {name}")
+
+
+def check(op: str, inputs: dict, attrs: dict | None = None, dtype: str = "float32", *,
+          oracle=None, rtol=None, atol=None, outputs=None) -> dict:
+    """Run ``op`` in tvmgrad and in the oracle on ``inputs`` cast to ``dtype``; compare outputs.
+
+    ``oracle(inputs, attrs) -> {output: array}`` replaces ``paddle._C_ops.<op>`` (for ops that have
+    no binding, e.g. double grads via ``paddle.grad``). ``outputs`` limits the compared outputs.
+    """
+    cast_inputs = {k: cast(v, dtype) for k, v in inputs.items()}
+    ours = tvmgrad.run(op, cast_inputs, attrs)
+    want = oracle_outputs(op, cast_inputs, attrs, oracle)
+    for name in outputs or want:
+        assert_close(f"{op}.{name}[{dtype}]", ours[name], want[name], dtype, rtol, atol)
+    return ours
+
+
+def pgrad(ys, xs, cotangents, create_graph=False):
+    """``paddle.grad`` where an input the outputs do not depend on gets a zero gradient."""
+    paddle = _paddle()
+    ys = ys if isinstance(ys, (list, tuple)) else [ys]
+    cotangents = cotangents if isinstance(cotangents, (list, tuple)) else [cotangents]
+    pairs = [(y, c) for y, c in zip(ys, cotangents) if c is not None]
+    grads = paddle.grad([y for y, _ in pairs], xs, [c for _, c in pairs],
+                        create_graph=create_graph, allow_unused=True)
+    return [paddle.zeros_like(x) if g is None else g for x, g in zip(xs, grads)]
+
+
+def leaf(array):
+    """A paddle leaf tensor that requires grad."""
+    t = to_paddle(array)
+    t.stop_gradient = False
+    return t

@@ -1,0 +1,118 @@
+"""The ``tvmgrad`` command line: list, info, check, bench."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+
+__all__ = ["main"]
+
+
+def _cmd_list(args) -> int:
+    from . import registry
+    ops = [op for op in registry.ops().values() if not op.is_forward]
+    if args.state:
+        ops = [op for op in ops if op.state == args.state]
+    if args.family:
+        ops = [op for op in ops if op.family == args.family]
+    if not args.summary:
+        width = max(len(op.name) for op in ops) if ops else 10
+        for op in ops:
+            print(f"{op.name:<{width}}  {op.state:<11}  {op.family}")
+    all_ops = [op for op in registry.ops().values() if not op.is_forward]
+    states = collections.Counter(op.state for op in all_ops)
+    done = states["implemented"] + states["invoke"]
+    fams = collections.Counter(op.family for op in all_ops if op.available)
+    print(f"{done}/{len(all_ops)} backward ops available "
+          f"({states['implemented']} implemented, {states['invoke']} invoke, {states['missing']} missing)")
+    if args.summary:
+        print("by family: " + ", ".join(f"{f} {n}" for f, n in sorted(fams.items())))
+    return 0
+
+
+def _cmd_info(args) -> int:
+    from . import registry
+    op = registry.get(args.op)
+    spec = op.spec
+    sig = ", ".join(f"{p.type} {p.name}" + (f"={p.default!r}" if p.has_default else "") for p in spec.args)
+    print(f"{spec.name}({sig})")
+    print(f"  outputs     : {', '.join(('Tensor[] ' if o.is_list else 'Tensor ') + o.name for o in spec.outputs)}")
+    print(f"  forward     : {spec.forward.name}({', '.join(p.name for p in spec.forward.params)})")
+    print(f"  state       : {op.state}   family: {op.family}")
+    if spec.attrs:
+        defaults = spec.defaults
+        print("  attributes  : " + ", ".join(
+            f"{p.name}={defaults[p.name]!r}" if p.name in defaults else f"{p.name} (required)"
+            for p in spec.attrs))
+    im = spec.infer_meta
+    if im:
+        print(f"  infer_meta  : {im.func}({', '.join(im.param or [p.name for p in spec.args])})")
+    for label, value in (("optional", sorted(spec.optional)), ("no_need_buffer", sorted(spec.no_need_buffer)),
+                         ("inplace", [f"{a} -> {b}" for a, b in spec.inplace])):
+        if value:
+            print(f"  {label:<12}: {', '.join(value)}")
+    if spec.invoke:
+        print(f"  invoke      : {spec.invoke.name}({', '.join(spec.invoke.args)})")
+    if spec.composite:
+        print(f"  composite   : {spec.composite.name}({', '.join(spec.composite.args)})")
+    if spec.backward:
+        print(f"  backward    : {spec.backward}")
+    if op.impl is not None:
+        impl = op.impl if op.state != "invoke" else op.forward_op.impl
+        print(f"  dtypes      : {', '.join(impl.dtypes)}")
+        print(f"  te          : {impl.source_file} ({impl.module}.{impl.name}, {type(impl).__name__})")
+        print("  schedules   : schedules/cpu.py (llvm), schedules/cuda/ (cuda), chosen per block by loop nest")
+        if impl.doc:
+            print("  formula     : " + impl.doc.replace("\n", "\n                "))
+    return 0
+
+
+def _cmd_check(args) -> int:
+    from . import registry
+    problems = registry.check()
+    for p in problems:
+        print(p)
+    print(f"{len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _cmd_bench(args) -> int:
+    from . import bench
+    return bench.main(args)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="tvmgrad", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="every backward.yaml op with its state and family")
+    p.add_argument("--summary", action="store_true", help="only the coverage counts")
+    p.add_argument("--state", choices=("implemented", "invoke", "missing"))
+    p.add_argument("--family", help="only ops of this family (te_defs module)")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("info", help="signature, defaults, shape inference and sources of one op")
+    p.add_argument("op")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("check", help="self-check: builders vs backward.yaml, InferMeta coverage")
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("bench", help="time kernels against Paddle, PyTorch and a numpy copy")
+    p.add_argument("ops", nargs="+")
+    p.add_argument("--size", type=int, default=1 << 24, help="elements per tensor (default 2**24)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeat", type=int, default=20)
+    p.set_defaults(func=_cmd_bench)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, NotImplementedError) as exc:
+        print(f"tvmgrad: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

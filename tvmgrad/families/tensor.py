@@ -1,0 +1,131 @@
+"""The tensor family: a grad written in TE over whole tensors.
+
+``@tensor_op`` hands the builder one ``te.Tensor`` per input (symbolic sizes, one per dim; a
+list for ``Tensor[]``; None for an absent optional), float attributes as runtime scalar vars and
+the rest as Python values; it returns one ``te.Tensor`` per output in YAML order (a list for a
+``Tensor[]`` output, None for an output that is not produced). One kernel serves every size of a
+given rank, dtype and set of code-changing attributes.
+
+Builders load with ``tvmgrad.dtypes.to_compute`` and store in the output dtype themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+from ..dtypes import FLOATS, DType
+from .base import Arg, OpImpl, Plan
+from .pointwise import RUNTIME_ATTR_TYPES
+
+__all__ = ["tensor_op", "TensorOp"]
+
+
+class TensorOp(OpImpl):
+    family_kind = "tensor"
+
+    def __init__(self, fn: Callable, *, dtypes=FLOATS, infer_meta=None, static=(),
+                 index_dtypes=("int32", "int64"), float_inputs=None, validate=None):
+        super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
+        self.static = tuple(static)
+        self.index_dtypes = tuple(index_dtypes)
+        self.float_inputs = None if float_inputs is None else tuple(float_inputs)
+        self.validate = validate
+
+    def runtime_attrs(self, spec) -> list[str]:
+        return [p.name for p in spec.attrs
+                if p.base_type in RUNTIME_ATTR_TYPES and p.name not in self.static]
+
+    def _float_names(self, spec, present):
+        if self.float_inputs is not None:
+            return [n for n in present if n in self.float_inputs]
+        return present
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        floats = self._float_names(spec, present)
+        dt = self.check_dtype(call, floats)
+        metas = {n: call.meta(n) for n in present}
+        for n in present:
+            if n in floats:
+                continue
+            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
+                if m.dtype.name not in self.index_dtypes:
+                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
+                                    f"{', '.join(self.index_dtypes)}")
+        if self.validate is not None:
+            self.validate(call, outs)
+        layout = tuple((n, tuple((m.ndim, m.dtype.name) for m in metas[n]) if isinstance(metas[n], list)
+                        else (metas[n].ndim, metas[n].dtype.name)) for n in present)
+        out_layout = tuple(None if m is None else
+                           (tuple(x.dtype.name for x in m) if isinstance(m, list) else m.dtype.name)
+                           for m in outs)
+        runtime = self.runtime_attrs(spec)
+        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
+        key = ("tensor", op, dt.name, layout, out_layout, static)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        args = []
+        for n in present:
+            if isinstance(metas[n], list):
+                args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
+            else:
+                args.append(Arg("input", n))
+        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        for o, m in zip(spec.outputs, outs):
+            if isinstance(m, list):
+                args += [Arg("output", o.name, index=i) for i in range(len(m))]
+            elif m is not None:
+                args.append(Arg("output", o.name))
+        attrs = dict(call.attrs)
+        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
+                    make=lambda: self._make(spec, dt, metas, outs, runtime, attrs),
+                    args=tuple(args), pattern="tensor")
+
+    def _make(self, spec, dt: DType, metas, outs, runtime, attrs):
+        from tvm import te
+
+        def holder(name, meta):
+            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            if meta.dtype.lanes == 2:
+                shape.append(2)
+            return te.placeholder(shape, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n, m in metas.items():
+            tensors[n] = [holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list) else holder(n, m)
+        scalars = {n: te.var(n, dt.compute) for n in runtime}
+        kwargs = {}
+        for p in spec.args:
+            if p.name in tensors:
+                kwargs[p.name] = tensors[p.name]
+            elif p.name in scalars:
+                kwargs[p.name] = scalars[p.name]
+            elif p.name in attrs:
+                kwargs[p.name] = attrs[p.name]
+            else:
+                kwargs[p.name] = None
+        result = self.fn(**kwargs)
+        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
+        if len(result) != len(spec.outputs):
+            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                               f"{spec.output_names}")
+        params = []
+        for n in metas:
+            params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += [scalars[n] for n in runtime]
+        for o, m, r in zip(spec.outputs, outs, result):
+            if m is None:
+                continue
+            if r is None:
+                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+            params += list(r) if isinstance(m, list) else [r]
+        return te.create_prim_func(params)
+
+
+def tensor_op(fn=None, **options):
+    """Decorator: register a whole-tensor TE builder (see module docstring)."""
+    if fn is None:
+        return lambda f: TensorOp(f, **options)
+    return TensorOp(fn, **options)
+
