@@ -172,3 +172,71 @@ def leaf(array):
     t = to_paddle(array)
     t.stop_gradient = False
     return t
+
+
+# ------------------------------------------------------------------------------------------
+# Higher-order grads: Paddle's own double/triple-grad kernels through autograd.
+
+def _autograd(op: str, tensors: dict, attrs: dict, create_graph: bool) -> dict:
+    """Outputs of higher-order grad ``op`` (paddle tensors), given paddle tensors by YAML name."""
+    specs = load_specs()
+    spec = specs[op]
+    fwd = spec.forward
+    fwd_spec = specs[fwd.name]
+    # forward-signature names -> the grad op's own YAML arg names (positional)
+    sig_to_yaml = {sp.name: yp.name for sp, yp in zip(fwd.params, fwd_spec.args)}
+    arrays = {}
+    for sp in fwd.params:
+        if sp.is_tensor and sp.name in tensors:
+            arrays[sig_to_yaml[sp.name]] = tensors[sp.name]
+    fwd_attrs = {sig_to_yaml[sp.name]: attrs[sp.name] for sp in fwd.params
+                 if not sp.is_tensor and sp.name in attrs}
+    leaves, outs = _forward_outputs_tensors(fwd.name, arrays, fwd_attrs)
+    ys, cots = [], []
+    for o_sig, o_yaml in zip(fwd.outputs, fwd_spec.output_names):
+        cot = tensors.get(f"{o_sig.name}_grad")
+        if cot is not None and outs.get(o_yaml) is not None:
+            ys.append(outs[o_yaml])
+            cots.append(cot)
+    wrt = [sp.name for sp in fwd.params if sp.is_tensor and sig_to_yaml[sp.name] in leaves]
+    grads = pgrad(ys, [leaves[sig_to_yaml[n]] for n in wrt], cots, create_graph=create_graph)
+    by_name = dict(zip(wrt, grads))
+    return {o.name: by_name.get(o.name[: -len("_grad")]) for o in spec.outputs}
+
+
+def _forward_outputs_tensors(grad_op: str, tensors: dict, attrs: dict):
+    """Like _forward_outputs, for inputs that are already paddle tensors (kept as the leaves)."""
+    paddle = _paddle()
+    spec = load_specs()[grad_op]
+    full_attrs = {**spec.defaults, **attrs}
+    args = [tensors.get(p.name) if p.is_tensor else full_attrs[p.name] for p in spec.args]
+    if hasattr(paddle._C_ops, grad_op):
+        result = getattr(paddle._C_ops, grad_op)(*args)
+        result = result if isinstance(result, (list, tuple)) else (result,)
+        return tensors, dict(zip(spec.output_names, result))
+    return tensors, _autograd(grad_op, tensors, full_attrs, create_graph=True)
+
+
+def autograd_oracle(op: str, extra=None):
+    """An oracle for a higher-order grad ``op`` (e.g. tanh_double_grad) from Paddle's autograd.
+
+    The op's YAML ``forward:`` names the grad it differentiates; its inputs named like that
+    grad's inputs are the primals, its ``<output>_grad`` inputs the cotangents, and its outputs
+    ``<input>_grad`` the results. ``extra(inputs, attrs) -> dict`` supplies primals the op does
+    not take (e.g. ``out = elu(x)`` for elu_double_grad), by forward-signature name.
+    """
+    def oracle(inputs: dict, attrs: dict) -> dict:
+        paddle = _paddle()
+        tensors = {}
+        for name, value in {**inputs, **(extra(inputs, attrs) if extra else {})}.items():
+            if value is None:
+                continue
+            t = to_paddle(value)
+            t.stop_gradient = False
+            tensors[name] = t
+        spec = load_specs()[op]
+        full_attrs = {**spec.defaults, **attrs}
+        outs = _autograd(op, tensors, full_attrs, create_graph=False)
+        del paddle
+        return {k: from_paddle(v) for k, v in outs.items()}
+    return oracle
