@@ -10,7 +10,7 @@ import pathlib
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["lower", "compile_plan", "source_digest"]
+__all__ = ["lower", "compile_plan", "compile_plans", "source_digest"]
 
 
 def lower(plan: Plan, target: Resolved):
@@ -21,16 +21,27 @@ def lower(plan: Plan, target: Resolved):
 
 
 def compile_plan(plan: Plan, target: Resolved):
-    """Compile a plan; for CUDA, check that every kernel really runs on the device."""
+    """Compile one plan into its own module."""
+    return compile_plans([plan], target)
+
+
+def compile_plans(plans: list[Plan], target: Resolved):
+    """Compile plans (distinct symbols) into one module; for CUDA, check that every kernel really
+    runs on the device (an unscheduled block would silently become host code)."""
     import tvm
-    mod = lower(plan, target)
+    funcs = {}
+    for plan in plans:
+        if plan.symbol not in funcs:
+            funcs[plan.symbol] = lower(plan, target)["main"]
     with tvm.transform.PassContext(opt_level=3):
-        ex = tvm.compile(mod, target=target.target)
+        ex = tvm.compile(tvm.IRModule(funcs), target=target.target)
     if target.is_gpu:
-        device_mods = [m for m in ex.mod.imports if m.kind == "cuda"]
-        if not device_mods:
-            raise RuntimeError(f"{plan.symbol}: CUDA build produced no device code "
-                               f"(a block was left unscheduled and would run on the host)")
+        device = ex.mod._collect_from_import_tree(lambda m: m.kind == "cuda")
+        source = "\n".join(m.inspect_source() for m in device)
+        missing = [s for s in funcs if f"{s}_kernel" not in source]
+        if missing:
+            raise RuntimeError(f"CUDA build left no device kernel for {missing} (a block was left "
+                               f"unscheduled and would run on the host)")
     return ex
 
 

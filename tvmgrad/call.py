@@ -126,23 +126,25 @@ def _as_array(op: str, name: str, value: Any, allow_meta: bool):
             raise TypeError(f"{op}: input {name!r} must hold data (only no_need_buffer inputs "
                             f"may be given as a TensorMeta)")
         return value
-    if isinstance(value, np.ndarray):
-        return value
     if isinstance(value, (numbers.Number, list, tuple)) or hasattr(value, "__array__"):
         arr = np.asarray(value)
-        if arr.dtype == object:
-            raise TypeError(f"{op}: input {name!r} is not a numeric array")
-        return arr
-    raise TypeError(f"{op}: input {name!r} must be an array, got {type(value).__name__}")
+    else:
+        raise TypeError(f"{op}: input {name!r} must be an array, got {type(value).__name__}")
+    try:
+        as_dtype(arr.dtype)
+    except TypeError:
+        raise TypeError(f"{op}: input {name!r} has dtype {arr.dtype}, which tvmgrad does not "
+                        f"handle") from None
+    return arr
 
 
 def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None) -> BoundCall:
     """Check names, presence and types; fill in attribute defaults."""
     op = spec.name
+    if not isinstance(inputs or {}, dict) or not isinstance(attrs or {}, dict):
+        raise TypeError(f"{op}: inputs and attrs must be dicts keyed by the YAML names")
     inputs = dict(inputs or {})
     attrs = dict(attrs or {})
-    if not isinstance(inputs, dict) or not isinstance(attrs, dict):
-        raise TypeError(f"{op}: inputs and attrs must be dicts keyed by the YAML names")
 
     tensor_params = {p.name: p for p in spec.tensor_args}
     attr_params = {p.name: p for p in spec.attrs}

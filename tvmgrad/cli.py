@@ -73,7 +73,10 @@ def _cmd_check(args) -> int:
     problems = registry.check()
     for p in problems:
         print(p)
-    print(f"{len(problems)} problem(s)")
+    print(f"self-check: {len(problems)} problem(s)")
+    if args.build:
+        from .check import build_and_run_all
+        problems += build_and_run_all(args.target, dtypes=args.dtype.split(","), jobs=args.jobs)
     return 1 if problems else 0
 
 
@@ -96,7 +99,13 @@ def main(argv=None) -> int:
     p.add_argument("op")
     p.set_defaults(func=_cmd_info)
 
-    p = sub.add_parser("check", help="self-check: builders vs backward.yaml, InferMeta coverage")
+    p = sub.add_parser("check", help="self-check: builders vs backward.yaml, InferMeta coverage; "
+                                     "with --build, build and run every implemented op")
+    p.add_argument("--build", action="store_true",
+                   help="build every implemented op for each dtype (cached) and run it on sample inputs")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--dtype", default="float32,float64,float16,bfloat16")
+    p.add_argument("--jobs", type=int, default=0, help="build processes (default: all cores)")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("bench", help="time kernels against Paddle, PyTorch and a numpy copy")

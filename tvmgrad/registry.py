@@ -19,7 +19,7 @@ from .call import BoundCall
 from .families.base import OpImpl
 from .spec import Call, InferMetaSpec, OpSpec, load_specs
 
-__all__ = ["Op", "ops", "get", "check", "UnknownOpError", "infer_outputs"]
+__all__ = ["Op", "ops", "get", "check", "check_builder", "UnknownOpError", "infer_outputs"]
 
 
 class UnknownOpError(ValueError):
@@ -122,18 +122,23 @@ def check() -> list[str]:
     """Problems with the registry: builders that disagree with the YAML, missing InferMetas."""
     problems = []
     for op in ops().values():
-        if op.state != "implemented":
-            continue
-        spec, impl = op.spec, op.impl
-        expected = tuple(p.name for p in spec.args)
-        if impl.params != expected:
-            problems.append(f"{op.name}: builder parameters {list(impl.params)} != YAML args "
-                            f"{list(expected)}")
-        im = spec.infer_meta.func if spec.infer_meta else impl.infer_meta
-        if not im:
-            problems.append(f"{op.name}: no infer_meta in the YAML and none declared by the builder")
-        elif infer_meta_lib.get(im) is None:
-            problems.append(f"{op.name}: InferMeta {im} is not implemented")
+        if op.state == "implemented":
+            problems += check_builder(op.spec, op.impl)
+    return problems
+
+
+def check_builder(spec: OpSpec, impl: OpImpl) -> list[str]:
+    """A builder must take the YAML args in YAML order and have shape inference."""
+    problems = []
+    expected = tuple(p.name for p in spec.args)
+    if impl.params != expected:
+        problems.append(f"{spec.name}: builder parameters {list(impl.params)} != YAML args "
+                        f"{list(expected)}")
+    im = spec.infer_meta.func if spec.infer_meta else impl.infer_meta
+    if not im:
+        problems.append(f"{spec.name}: no infer_meta in the YAML and none declared by the builder")
+    elif infer_meta_lib.get(im) is None:
+        problems.append(f"{spec.name}: InferMeta {im} is not implemented")
     return problems
 
 

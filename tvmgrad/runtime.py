@@ -126,9 +126,9 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
             cache: KernelCache | None = None) -> Launch:
     """Validate a call, infer its outputs and fetch (or build) its kernel."""
     entry = registry.get(op)
+    call = bind(entry.spec, inputs, attrs)
     if not entry.available:
         raise NotImplementedError(f"{op}: listed in backward.yaml but not implemented yet")
-    call = bind(entry.spec, inputs, attrs)
     outs = registry.infer_outputs(entry, call)
     plan = entry.impl.plan(call, outs)
     tgt = resolve(target)

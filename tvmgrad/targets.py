@@ -1,7 +1,8 @@
 """Target names as users write them -> TVM targets, and a stable key for caching.
 
-Accepted: ``"llvm"``, ``"cuda"`` (arch of the visible GPU, else sm_80), ``"cuda:sm_90"``, a dict
-in TVM 0.27's JSON form (``{"kind": "cuda", "arch": "sm_90"}``) or a ``tvm.target.Target``.
+Accepted: ``"llvm"`` (this host's CPU), ``"llvm:skylake-avx512"`` (a named CPU), ``"cuda"`` (arch of
+the visible GPU, else sm_80), ``"cuda:sm_90"``, a dict in TVM 0.27's JSON form
+(``{"kind": "cuda", "arch": "sm_90"}``) or a ``tvm.target.Target``.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def _resolve_str(text: str) -> Resolved:
         return Resolved(tvm.target.Target({"kind": "cuda", "arch": arch or default_cuda_arch()},
                                           host="llvm"))
     if kind == "llvm":
-        return Resolved(tvm.target.Target("llvm"))
+        from tvm.target import codegen
+        return Resolved(tvm.target.Target({"kind": "llvm", "mcpu": arch or codegen.llvm_get_system_cpu()}))
     try:
         return Resolved(tvm.target.Target(text))
     except Exception as exc:  # noqa: BLE001

@@ -30,6 +30,13 @@ def schedule(sch) -> None:
         elif not _already_bound(sch, info.loops):
             elementwise.schedule(sch, info.loops)
         seen.append(sch.get_sref(sch.get_loops(block)[0]))
+    _check_all_bound(sch)
+
+
+def _check_all_bound(sch) -> None:
+    for block in top_blocks(sch):
+        if not _already_bound(sch, sch.get_loops(block)):
+            raise RuntimeError(f"block {sch.get(block).name_hint!r} is not bound to CUDA threads")
 
 
 def _already_bound(sch, loops) -> bool:

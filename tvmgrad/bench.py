@@ -1,0 +1,168 @@
+"""``tvmgrad bench``: our LLVM kernels side by side with Paddle CPU, PyTorch CPU and the memory
+roofline (a numpy copy of the same bytes), in one run, as ratios. Timing is the best of
+``--repeat`` calls after a warm-up; bytes are every input read plus every output written.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import registry
+from .runtime import prepare
+
+__all__ = ["main", "bench_op", "make_inputs"]
+
+ATTR_BY_TYPE = {"float": 0.5, "double": 0.5, "Scalar": 2.0, "int": 1, "int64_t": 1, "bool": False}
+BENCH_ATTRS = {"prelu_grad": {"mode": "all"}}
+
+# Paddle 3.3.1 bindings known to crash (memory corruption) for these variants.
+PADDLE_CRASHES = {("atan2_grad", True)}
+
+
+def make_inputs(op: str, n: int, dtype: str, broadcast: bool, seed: int = 0):
+    """Float inputs of ``n`` elements in (0.1, 0.9) (inside every pointwise op's domain but
+    acosh's); with ``broadcast``, the op's second broadcasting input is one row of a square."""
+    import ml_dtypes
+    spec = registry.get(op).spec
+    rng = np.random.default_rng(seed)
+    npd = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    side = int(round(n ** 0.5))
+    shape = (side, n // side) if broadcast else (n,)
+    bcast_name = _second_broadcast_input(op) if broadcast else None
+    if broadcast and bcast_name is None:
+        raise ValueError(f"{op} has no broadcasting input")
+    inputs = {}
+    for p in spec.tensor_args:
+        s = (shape[1],) if p.name == bcast_name else shape
+        inputs[p.name] = rng.uniform(0.1, 0.9, size=s).astype(npd)
+    attrs = dict(BENCH_ATTRS.get(op, {}))
+    for p in spec.attrs:
+        if p.name not in spec.defaults and p.name not in attrs:
+            attrs[p.name] = ATTR_BY_TYPE[p.base_type]
+    return inputs, attrs
+
+
+def _second_broadcast_input(op):
+    entry = registry.get(op)
+    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    free = impl._broadcasting_inputs(entry.spec) if hasattr(impl, "_broadcasting_inputs") else set()
+    names = [p.name for p in entry.spec.tensor_args if p.name in free]
+    return names[1] if len(names) > 1 else None
+
+
+def _best(fn, repeat: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _copy_roofline(nbytes: int, repeat: int) -> float:
+    """GB/s of np.copyto over buffers of nbytes/2 each (read + write = nbytes moved)."""
+    half = max(nbytes // 2 // 4, 1)
+    src = np.random.default_rng(0).random(half, dtype=np.float32)
+    dst = np.empty_like(src)
+    t = _best(lambda: np.copyto(dst, src), repeat)
+    return 2 * src.nbytes / t / 1e9
+
+
+# -- Paddle / PyTorch -----------------------------------------------------------------------
+
+def _paddle_fn(op, inputs, attrs):
+    import paddle
+    paddle.set_device("cpu")
+    spec = registry.get(op).spec
+    if not hasattr(paddle._C_ops, op):
+        return None
+    full = {**spec.defaults, **attrs}
+    args = [paddle.to_tensor(inputs[p.name].astype(np.float32)).astype(str(inputs[p.name].dtype))
+            if p.is_tensor else full[p.name] for p in spec.args]
+    fn = getattr(paddle._C_ops, op)
+    return lambda: fn(*args)
+
+
+def _torch_fns():
+    import torch
+    aten = torch.ops.aten
+
+    def double_tanh(t, a):
+        out, go = t["out"].requires_grad_(), t["grad_out"].requires_grad_()
+        return lambda: torch.autograd.grad(aten.tanh_backward(go, out), [out, go], t["grad_x_grad"])
+
+    def atan2(t, a):
+        x, y = t["x"].requires_grad_(), t["y"].requires_grad_()
+        return lambda: torch.autograd.grad(torch.atan2(x, y), [x, y], t["out_grad"])
+
+    return {
+        "relu_grad": lambda t, a: (lambda: aten.threshold_backward(t["out_grad"], t["out"], 0.0)),
+        "sigmoid_grad": lambda t, a: (lambda: aten.sigmoid_backward(t["out_grad"], t["out"])),
+        "tanh_grad": lambda t, a: (lambda: aten.tanh_backward(t["out_grad"], t["out"])),
+        "silu_grad": lambda t, a: (lambda: aten.silu_backward(t["out_grad"], t["x"])),
+        "gelu_grad": lambda t, a: (lambda: aten.gelu_backward(
+            t["out_grad"], t["x"], approximate="tanh" if a.get("approximate") else "none")),
+        "tanh_double_grad": double_tanh,
+        "atan2_grad": atan2,
+    }
+
+
+def _torch_fn(op, inputs, attrs):
+    try:
+        import torch
+    except ImportError:
+        return None
+    fns = _torch_fns()
+    if op not in fns:
+        return None
+    tensors = {k: torch.from_numpy(v.astype(np.float32)).to(getattr(torch, str(v.dtype)))
+               for k, v in inputs.items()}
+    return fns[op](tensors, attrs)
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+def bench_op(op: str, n: int, dtype: str, broadcast: bool, repeat: int, roofline: float) -> dict:
+    inputs, attrs = make_inputs(op, n, dtype, broadcast)
+    launch = prepare(op, inputs, attrs)
+    outs = {o.name: np.empty(m.shape, m.dtype.numpy)
+            for o, m in zip(launch.op.spec.outputs, launch.outputs) if m is not None}
+    ours = _best(lambda: launch(out=outs), repeat)
+    nbytes = sum(v.nbytes for v in inputs.values()) + sum(v.nbytes for v in outs.values())
+    row = {"op": op + (" (broadcast)" if broadcast else ""), "ms": ours * 1e3,
+           "gbs": nbytes / ours / 1e9}
+    row["roofline"] = row["gbs"] / roofline
+    paddle_fn = None if (op, broadcast) in PADDLE_CRASHES else _paddle_fn(op, inputs, attrs)
+    row["paddle_ms"] = _best(paddle_fn, max(3, repeat // 4)) * 1e3 if paddle_fn else None
+    torch_fn = _torch_fn(op, inputs, attrs)
+    row["torch_ms"] = _best(torch_fn, max(3, repeat // 4)) * 1e3 if torch_fn else None
+    return row
+
+
+def main(args) -> int:
+    import os
+    rows = []
+    roofline = _copy_roofline(3 * 4 * args.size, args.repeat)
+    for spec in args.ops:
+        op, _, variant = spec.partition(":")
+        rows.append(bench_op(op, args.size, args.dtype, variant in ("bcast", "broadcast"),
+                             args.repeat, roofline))
+    print(f"{args.size} elements, {args.dtype}, TVM threads {os.environ.get('TVM_NUM_THREADS')}, "
+          f"copy roofline (numpy copyto) {roofline:.1f} GB/s")
+    header = (f"{'op':<28} {'tvmgrad ms':>10} {'GB/s':>7} {'%roof':>6} {'paddle ms':>10} "
+              f"{'x paddle':>8} {'torch ms':>9} {'x torch':>8}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        def ratio(other):
+            return f"{other / r['ms']:8.2f}" if other else f"{'n/a':>8}"
+
+        def ms(v):
+            return f"{v:10.3f}" if v else f"{'n/a':>10}"
+        print(f"{r['op']:<28} {r['ms']:10.3f} {r['gbs']:7.1f} {100 * r['roofline']:5.0f}% "
+              f"{ms(r['paddle_ms'])} {ratio(r['paddle_ms'])} {ms(r['torch_ms'])[1:]} {ratio(r['torch_ms'])}")
+    print("x paddle / x torch: their time over ours (> 1: tvmgrad is faster)")
+    return 0
