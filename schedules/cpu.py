@@ -1,12 +1,15 @@
 """The LLVM (CPU) schedule: parallel outer loops, contiguous inner loops LLVM can vectorise.
 
 Rules by loop-nest shape:
-* spatial block: fuse every loop into one and run it in parallel (each worker gets one
-  contiguous chunk; LLVM vectorises the chunk's loop);
+* spatial block: the innermost loop stays a plain contiguous loop (LLVM vectorises it; fusing it
+  with the others would put a div/mod in every element's index); the rest are fused and run in
+  parallel, one contiguous chunk per worker. A 1-D block is parallel as a whole;
 * row reduction (the reduced dims are innermost in memory): parallel over the kept dims;
-* column reduction (the kept dims are innermost): keep the innermost kept dim innermost, move the
-  reduce loops outside it, so every step streams contiguous memory; parallel over the rest;
-* a cast that follows a reduction is computed right after it, in registers.
+* column reduction (the kept dims are innermost) with one reduced loop: the reduced loop is split
+  into PARTS chunks, each chunk summed in parallel into its own row of partial sums (rfactor) while
+  streaming whole contiguous rows, then the partials are added up. With several reduced loops:
+  the reduce loops move outside the innermost kept loop;
+* a cast that follows a reduction is computed right after it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from .analysis import analyze, top_blocks
 
 __all__ = ["schedule"]
 
-INNER = 64   # elements per innermost column-reduction strip (a few cache lines)
+INNER = 64    # elements per innermost strip of a multi-loop column reduction
+PARTS = 16    # parallel partial sums of a column reduction (>= the cores of a typical host)
 
 
 def schedule(sch) -> None:
@@ -35,8 +39,15 @@ def schedule(sch) -> None:
 
 
 def _spatial(sch, loops) -> None:
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    sch.parallel(fused)
+    if len(loops) == 1:
+        sch.parallel(loops[0])
+        return
+    *outer, _ = loops
+    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def _fused(sch, loops):
+    return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
 def _reduction(sch, info) -> None:
@@ -44,12 +55,15 @@ def _reduction(sch, info) -> None:
     epilogue = _epilogue(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
     if info.row or not spatial:
-        outer = sch.fuse(*spatial) if len(spatial) > 1 else (spatial[0] if spatial else None)
-        if outer is not None:
+        if spatial:
+            outer = _fused(sch, spatial)
             sch.parallel(outer)
             if epilogue is not None:
                 sch.reverse_compute_at(epilogue, outer)
                 sch.set_scope(block, 0, "local")
+        return
+    if len(reduce) == 1:
+        _column_rfactor(sch, block, reduce[0], epilogue)
         return
     *outer_sp, last = spatial
     lo, li = sch.split(last, [None, INNER])
@@ -59,6 +73,21 @@ def _reduction(sch, info) -> None:
     sch.decompose_reduction(block, reduce[0])
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, par)
+
+
+def _column_rfactor(sch, block, r, epilogue) -> None:
+    n_kept = len(sch.get_loops(block)) - 1
+    rp, _ = sch.split(r, [PARTS, None])
+    rf = sch.rfactor(rp, factor_axis=0)
+    loops = sch.get_loops(rf)                  # the same nest: kept..., parts, rest of the reduction
+    kept, parts, rest = loops[:n_kept], loops[n_kept], loops[n_kept + 1:]
+    sch.reorder(parts, *rest, *kept)
+    sch.parallel(parts)
+    sch.decompose_reduction(rf, rest[0])
+    outer = _fused(sch, analyze(sch, block).spatial_loops)
+    sch.parallel(outer)
+    if epilogue is not None:
+        sch.reverse_compute_at(epilogue, outer)
 
 
 def _epilogue(sch, block):

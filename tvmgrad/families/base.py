@@ -94,5 +94,19 @@ class OpImpl:
                                 f"{first_name!r} has {first.dtype.name}; they must match")
         return first.dtype
 
+    @staticmethod
+    def prim_func(spec, params):
+        """``te.create_prim_func`` over the kernel's parameters, which leave out the YAML
+        ``no_need_buffer`` inputs: a builder that reads one fails here (it may use its shape)."""
+        from tvm import te
+        try:
+            return te.create_prim_func(params)
+        except Exception as exc:  # noqa: BLE001 - TVM reports a missing placeholder obscurely
+            if spec.no_need_buffer:
+                raise RuntimeError(f"{spec.name}: the kernel reads an input the YAML marks "
+                                   f"no_need_buffer ({', '.join(sorted(spec.no_need_buffer))}); "
+                                   f"only its shape may be used") from exc
+            raise
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} ({self.family})>"

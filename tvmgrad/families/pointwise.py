@@ -80,7 +80,7 @@ class Pointwise(OpImpl):
         mask_key = tuple(tuple(m) for m in masks)
         key = ("pointwise", op, dt.name, tuple(present), tuple(out_names), mask_key, static)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = ([Arg("input", n, shape=view[n]) for n in present]
+        args = ([Arg("input", n, shape=view[n]) for n in present if n not in spec.no_need_buffer]
                 + [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
                 + [Arg("output", n, shape=view[n]) for n in out_names])
         attrs = dict(call.attrs)
@@ -167,9 +167,9 @@ class Pointwise(OpImpl):
             res = res if isinstance(res, (list, tuple)) else [res]
             tensors.update(zip(full, res))
 
-        params = ([holders[n] for n in present] + [scalars[n] for n in runtime]
-                  + [tensors[n] for n in out_names])
-        return te.create_prim_func(params)
+        params = ([holders[n] for n in present if n not in spec.no_need_buffer]
+                  + [scalars[n] for n in runtime] + [tensors[n] for n in out_names])
+        return self.prim_func(spec, params)
 
 
 def _free_vars(expr) -> list:

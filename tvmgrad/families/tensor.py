@@ -67,6 +67,8 @@ class TensorOp(OpImpl):
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         args = []
         for n in present:
+            if n in spec.no_need_buffer:
+                continue                      # the kernel gets its shape through other buffers
             if isinstance(metas[n], list):
                 args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
             else:
@@ -112,7 +114,8 @@ class TensorOp(OpImpl):
                                f"{spec.output_names}")
         params = []
         for n in metas:
-            params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+            if n not in spec.no_need_buffer:
+                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += [scalars[n] for n in runtime]
         for o, m, r in zip(spec.outputs, outs, result):
             if m is None:
@@ -120,7 +123,7 @@ class TensorOp(OpImpl):
             if r is None:
                 raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
             params += list(r) if isinstance(m, list) else [r]
-        return te.create_prim_func(params)
+        return self.prim_func(spec, params)
 
 
 def tensor_op(fn=None, **options):

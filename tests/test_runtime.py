@@ -1,0 +1,84 @@
+"""The runtime: in-place pairs, output buffers, views, no_need_buffer, dtypes at the boundary."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tvmgrad
+from harness import cast
+from samples import implemented_ops, sample
+from tvmgrad import registry
+from tvmgrad.spec import load_specs
+
+
+def _inplace_ops():
+    return [op for op in implemented_ops() if registry.get(op).spec.inplace]
+
+
+@pytest.mark.parametrize("op", _inplace_ops())
+def test_inplace_writes_into_the_input_and_matches(op):
+    """Every YAML inplace pair: same values as out-of-place, written into the input's buffer,
+    even when other outputs read that input (aliased outputs are written last)."""
+    inputs, attrs = sample(op, seed=5)
+    inputs = {k: cast(v, "float32") for k, v in inputs.items()}
+    expected = tvmgrad.run(op, {k: v.copy() for k, v in inputs.items()}, attrs)
+    copies = {k: v.copy() for k, v in inputs.items()}
+    got = tvmgrad.run(op, copies, attrs, inplace=True)
+    for src, dst in registry.get(op).spec.inplace:
+        assert got[dst] is copies[src], f"{op}: {dst} is not written into {src}"
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=f"{op}.{name}")
+
+
+def test_inplace_needs_a_matching_buffer():
+    x = np.linspace(-1, 1, 6).astype("float32")
+    with pytest.raises(ValueError, match="relu_grad: output 'x_grad' must be a writable"):
+        tvmgrad.run("relu_grad", {"out": x, "out_grad": np.broadcast_to(x, (6,))}, inplace=True)
+
+
+def test_prepared_launch_writes_given_outputs():
+    x = np.linspace(-1, 1, 10).astype("float32")
+    launch = tvmgrad.prepare("relu_grad", {"out": x, "out_grad": x * 3})
+    buf = np.full(10, np.nan, dtype="float32")
+    result = launch(out={"x_grad": buf})
+    assert result["x_grad"] is buf
+    np.testing.assert_array_equal(buf, np.where(x > 0, x * 3, 0))
+
+
+def test_views_and_odd_layouts():
+    base = np.random.default_rng(0).standard_normal((6, 5))
+    out, g = base.T, base[::-1].T            # non-contiguous views are copied in
+    got = tvmgrad.run("relu_grad", {"out": out, "out_grad": g})["x_grad"]
+    np.testing.assert_array_equal(got, np.where(out > 0, g, 0))
+    scalar = tvmgrad.run("relu_grad", {"out": np.float64(2.0), "out_grad": np.float64(-3.0)})["x_grad"]
+    assert scalar.shape == () and scalar == -3.0
+    lists = tvmgrad.run("relu_grad", {"out": [1.0, -1.0], "out_grad": [5.0, 6.0]})["x_grad"]
+    np.testing.assert_array_equal(lists, [5.0, 0.0])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_types_round_trip(dtype):
+    npd = np.float16 if dtype == "float16" else ml_dtypes.bfloat16
+    x = np.linspace(-2, 2, 9).astype(npd)
+    got = tvmgrad.run("relu_grad", {"out": x, "out_grad": x})["x_grad"]
+    assert got.dtype == np.dtype(npd)
+    np.testing.assert_array_equal(got.astype(np.float32), np.maximum(x.astype(np.float32), 0))
+
+
+def test_no_need_buffer_inputs_never_reach_the_kernel():
+    """A builder may use a no_need_buffer input's shape but not its data."""
+    from tvm import te
+
+    from tvmgrad.families.tensor import TensorOp
+    spec = load_specs()["argsort_grad"]           # no_need_buffer: x
+    assert spec.no_need_buffer == {"x"}
+    n = te.var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    g = te.placeholder((n,), "float32", name="g")
+    shape_only = te.compute(x.shape, lambda i: g[i], name="dx")
+    func = TensorOp.prim_func(spec, [g, shape_only])
+    assert [p.name for p in func.params] == ["g", "dx"]
+    reads_data = te.compute(x.shape, lambda i: g[i] * x[i], name="dx")
+    with pytest.raises(RuntimeError, match="argsort_grad: the kernel reads an input the YAML marks "
+                                           "no_need_buffer"):
+        TensorOp.prim_func(spec, [g, reads_data])
