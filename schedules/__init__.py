@@ -1,27 +1,51 @@
-"""Schedule rules. ``apply`` picks the target's rule set; rules look at loop nests, not op names."""
+"""Schedule rules per target: ``schedules/cpu/`` (LLVM) and ``schedules/cuda/``.
+
+``apply(func, kind, pattern)`` schedules an unscheduled PrimFunc. A family may name a *pattern*
+(``gemm``, ``scan``, ...); if ``schedules/<kind>/<pattern>.py`` exists its ``schedule(sch)`` is used,
+otherwise the target's generic rules, which pick a rule per block by loop-nest shape (elementwise,
+row/column reduction). Rules never look at op names. Adding a pattern is adding a file.
+"""
 
 from __future__ import annotations
 
-__all__ = ["apply", "source_files"]
+import importlib
+import pathlib
+
+__all__ = ["apply", "source_files", "pattern_module"]
+
+_HERE = pathlib.Path(__file__).parent
+_KINDS = {"llvm": "cpu", "cuda": "cuda"}   # TVM target kind -> rule directory
 
 
-def apply(func, target_kind: str):
-    """Schedule an unscheduled PrimFunc for ``target_kind`` ("llvm" or "cuda"); -> IRModule."""
+def _dir(target_kind: str) -> str:
+    if target_kind not in _KINDS:
+        raise ValueError(f"no schedules for target kind {target_kind!r} (have {sorted(_KINDS)})")
+    return _KINDS[target_kind]
+
+
+def pattern_module(target_kind: str, pattern: str):
+    """The module scheduling ``pattern`` on ``target_kind`` (the generic rules if none)."""
+    sub = _dir(target_kind)
+    if pattern and (_HERE / sub / f"{pattern}.py").exists():
+        return importlib.import_module(f"{__name__}.{sub}.{pattern}")
+    return importlib.import_module(f"{__name__}.{sub}")
+
+
+def apply(func, target, pattern: str = "generic"):
+    """Schedule an unscheduled PrimFunc for a ``tvm.target.Target``; -> IRModule.
+
+    A rule module's ``schedule(sch, target)`` schedules in place and returns the IRModule (it may
+    return another one, e.g. from dlight)."""
     from tvm import s_tir
     sch = s_tir.Schedule(func)
-    if target_kind == "cuda":
-        from . import cuda
-        cuda.schedule(sch)
-    else:
-        from . import cpu
-        cpu.schedule(sch)
-    return sch.mod
+    return pattern_module(target.kind.name, pattern).schedule(sch, target)
 
 
-def source_files(target_kind: str) -> list[str]:
-    """Files whose text decides the schedule for ``target_kind`` (part of every cache key)."""
-    import pathlib
-    here = pathlib.Path(__file__).parent
-    files = [here / "__init__.py", here / "analysis.py"]
-    files += sorted((here / "cuda").glob("*.py")) if target_kind == "cuda" else [here / "cpu.py"]
-    return [str(f) for f in files]
+def source_files(target_kind: str, pattern: str = "generic") -> list[str]:
+    """Files whose text decides the schedule (part of every cache key)."""
+    sub = _HERE / _dir(target_kind)
+    files = [_HERE / "__init__.py", _HERE / "analysis.py", sub / "__init__.py"]
+    if pattern and (sub / f"{pattern}.py").exists():
+        files.append(sub / f"{pattern}.py")
+    files += [p for p in sorted(sub.glob("_*.py")) if p.name != "__init__.py"]   # generic helpers
+    return [str(f) for f in dict.fromkeys(files)]

@@ -17,7 +17,7 @@ def lower(plan: Plan, target: Resolved):
     """The scheduled IRModule of a plan for a target."""
     from . import schedules
     func = plan.make().with_attr("global_symbol", plan.symbol)
-    return schedules.apply(func, target.kind)
+    return schedules.apply(func, target.target, plan.pattern)
 
 
 def compile_plan(plan: Plan, target: Resolved):
@@ -50,7 +50,7 @@ def _file_digest(path: str) -> str:
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-def source_digest(impl, target_kind: str) -> str:
+def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
     """Hash of every source file that shapes an op's generated code for a target kind.
 
     The op's te_defs module and its private helpers (te_defs/_*.py), the family machinery, the
@@ -64,7 +64,7 @@ def source_digest(impl, target_kind: str) -> str:
     forward = getattr(impl, "forward", None)
     if forward is not None:
         files.add(inspect.getsourcefile(type(forward.impl)))
-    files.update(schedules.source_files(target_kind))
+    files.update(schedules.source_files(target_kind, pattern))
     h = hashlib.sha256()
     for f in sorted(files):
         h.update(_file_digest(f).encode())

@@ -64,7 +64,7 @@ class KernelCache:
 
     def entry_path(self, plan: Plan, impl, target: Resolved) -> pathlib.Path:
         import tvm
-        ident = repr((plan.key, target.key, tvm.__version__, source_digest(impl, target.kind)))
+        ident = repr((plan.key, target.key, tvm.__version__, source_digest(impl, target.kind, plan.pattern)))
         digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
         tslug = _slug(target.kind + ("_" + target.arch if target.arch else ""))
         return self.root / f"tvm-{_slug(tvm.__version__)}" / tslug / _slug(plan.key[1]) / f"{digest}.so"

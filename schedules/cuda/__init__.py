@@ -1,22 +1,27 @@
 """CUDA schedule rules, chosen per block by loop-nest shape.
 
-* ``elementwise``: spatial blocks, one thread per element;
-* ``reduction``: row reductions (one thread block per output, warp shuffles) and column
-  reductions (one thread per output, walking the reduced dim with coalesced loads).
+* elementwise (``_elementwise``): spatial blocks, one thread per element;
+* reduction (``_reduction``): row reductions (one thread block per output, warp shuffles) and
+  column reductions (one thread per output, walking the reduced dim with coalesced loads).
 
-Every block of a CUDA kernel must end up bound to threads: an unbound block would silently run on
-the host, so ``schedule`` raises if one is left over.
+Kernels whose stages pass data through scratch buffers (a reduction feeding an elementwise
+epilogue other than a plain cast, chains of reductions) need those buffers in shared memory or
+registers: they go to TVM's dlight rules (GeneralReduction fuses softmax/norm-like chains into one
+kernel per row; Fallback covers the rest). Every block must end up bound to threads: an unbound
+block would silently run on the host, so ``schedule`` raises if one is left over.
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, top_blocks
-from . import elementwise, reduction
+from . import _elementwise as elementwise
+from . import _reduction as reduction
 
 __all__ = ["schedule"]
 
 
-def schedule(sch) -> None:
+def schedule(sch, target):
+    original = sch.mod
     seen = []
     for block in top_blocks(sch):
         info = analyze(sch, block)
@@ -30,7 +35,27 @@ def schedule(sch) -> None:
         elif not _already_bound(sch, info.loops):
             elementwise.schedule(sch, info.loops)
         seen.append(sch.get_sref(sch.get_loops(block)[0]))
+    if _global_scratch(sch):
+        return _dlight(original, target)
     _check_all_bound(sch)
+    return sch.mod
+
+
+def _global_scratch(sch) -> bool:
+    """Does a scratch buffer stay in global memory (which a CUDA kernel cannot allocate)?"""
+    root = sch.get(sch.get_sblock("root"))
+    return any(buf.scope() == "global" for buf in root.alloc_buffers)
+
+
+def _dlight(mod, target):
+    from tvm.s_tir import dlight as dl
+    with target:
+        scheduled = dl.ApplyDefaultSchedule(dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                                            dl.gpu.Fallback())(mod)
+    from tvm import s_tir
+    sch = s_tir.Schedule(scheduled)
+    _check_all_bound(sch)
+    return scheduled
 
 
 def _check_all_bound(sch) -> None:

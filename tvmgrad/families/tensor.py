@@ -7,6 +7,11 @@ the rest as Python values; it returns one ``te.Tensor`` per output in YAML order
 given rank, dtype and set of code-changing attributes.
 
 Builders load with ``tvmgrad.dtypes.to_compute`` and store in the output dtype themselves.
+
+Options: ``dtypes`` (of the float inputs), ``float_inputs`` (which inputs carry that dtype; the
+rest are index tensors of ``index_dtypes``), ``static`` (float attributes to bake in), ``validate``
+(``fn(call, outs)`` raising ValueError for inputs shape inference cannot judge), ``pattern`` (the
+schedule module to use, ``schedules/<target>/<pattern>.py``; default: the generic rules).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ class TensorOp(OpImpl):
     family_kind = "tensor"
 
     def __init__(self, fn: Callable, *, dtypes=FLOATS, infer_meta=None, static=(),
-                 index_dtypes=("int32", "int64"), float_inputs=None, validate=None):
+                 index_dtypes=("int32", "int64"), float_inputs=None, validate=None,
+                 pattern="generic"):
         super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
+        self.pattern = pattern
         self.static = tuple(static)
         self.index_dtypes = tuple(index_dtypes)
         self.float_inputs = None if float_inputs is None else tuple(float_inputs)
@@ -82,7 +89,7 @@ class TensorOp(OpImpl):
         attrs = dict(call.attrs)
         return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
                     make=lambda: self._make(spec, dt, metas, outs, runtime, attrs),
-                    args=tuple(args), pattern="tensor")
+                    args=tuple(args), pattern=self.pattern)
 
     def _make(self, spec, dt: DType, metas, outs, runtime, attrs):
         from tvm import te

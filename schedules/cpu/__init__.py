@@ -14,7 +14,7 @@ Rules by loop-nest shape:
 
 from __future__ import annotations
 
-from .analysis import analyze, top_blocks
+from ..analysis import analyze, top_blocks
 
 __all__ = ["schedule"]
 
@@ -22,7 +22,7 @@ INNER = 64    # elements per innermost strip of a multi-loop column reduction
 PARTS = 16    # parallel partial sums of a column reduction (>= the cores of a typical host)
 
 
-def schedule(sch) -> None:
+def schedule(sch, target=None):
     seen = []
     for block in top_blocks(sch):
         info = analyze(sch, block)
@@ -36,6 +36,7 @@ def schedule(sch) -> None:
         else:
             _spatial(sch, info.loops)
         seen.append(sch.get_sref(sch.get_loops(block)[0]))
+    return sch.mod
 
 
 def _spatial(sch, loops) -> None:
