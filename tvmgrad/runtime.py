@@ -106,9 +106,22 @@ def to_tvm(array, shape, dt: DType):
     shape = tuple(shape if shape is not None else array.shape)
     if dt.lanes == 2:
         shape += (2,)
-    if dt.dlpack_view is not None or tuple(tensor.shape) != shape:
-        tensor = tensor._create_view(shape, dt.storage)
+    if dt.dlpack_view is not None or tuple(tensor.shape) != shape or array.size == 0:
+        # (a zero-size numpy array exports zero strides, which TVM calls non-compact)
+        tensor = _create_view(tensor, tvm_ffi.Shape(shape), dt.storage, 0)
     return tensor
+
+
+def _create_view(*args):
+    """``runtime.TVMTensorCreateView`` from libtvm_runtime (no TVM compiler import needed)."""
+    import tvm_ffi
+    global _CREATE_VIEW
+    if _CREATE_VIEW is None:
+        _CREATE_VIEW = tvm_ffi.get_global_func("runtime.TVMTensorCreateView")
+    return _CREATE_VIEW(*args)
+
+
+_CREATE_VIEW = None
 
 
 def _check_out(op: str, name: str, array, meta: TensorMeta):

@@ -62,6 +62,7 @@ def _reduction(sch, info) -> None:
             if epilogue is not None:
                 sch.reverse_compute_at(epilogue, outer)
                 sch.set_scope(block, 0, "local")
+        sch.decompose_reduction(block, reduce[0])   # zero the output even when nothing is reduced
         return
     if len(reduce) == 1:
         _column_rfactor(sch, block, reduce[0], epilogue)

@@ -41,6 +41,7 @@ def schedule(sch, info) -> None:
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, tx)
         sch.set_scope(block, 0, "local")
+    sch.decompose_reduction(block, reduce[0])   # zero the output even when nothing is reduced
 
 
 def _bind_epilogue_threads(sch, epilogue, bx) -> None:
