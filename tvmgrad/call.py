@@ -7,7 +7,7 @@ and every message names the op and the argument.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ class BoundCall:
     spec: OpSpec
     tensors: dict[str, Any]
     attrs: dict[str, Any]
+    options: dict[str, Any] = field(default_factory=dict)   # run-time choices, not YAML attributes
 
     @property
     def op(self) -> str:
@@ -138,7 +139,16 @@ def _as_array(op: str, name: str, value: Any, allow_meta: bool):
     return arr
 
 
-def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None) -> BoundCall:
+OPTIONS = {
+    # deterministic: scatter-type grads accumulate in a fixed order (bit-identical runs); False
+    # allows atomics where a family has a faster racy path.
+    "deterministic": True,
+    # alias: grads that are a reshape of an input may return a view of it instead of a copy.
+    "alias": False,
+}
+
+
+def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None, **options) -> BoundCall:
     """Check names, presence and types; fill in attribute defaults."""
     op = spec.name
     if not isinstance(inputs or {}, dict) or not isinstance(attrs or {}, dict):
@@ -184,4 +194,7 @@ def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None) -> BoundCall:
             bound_attrs[name] = defaults[name]
         else:
             raise ValueError(f"{op}: missing attribute {name!r} ({param.type}; it has no default)")
-    return BoundCall(spec, tensors, bound_attrs)
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise TypeError(f"{op}: unknown option(s) {sorted(unknown)}; options are {sorted(OPTIONS)}")
+    return BoundCall(spec, tensors, bound_attrs, {**OPTIONS, **options})

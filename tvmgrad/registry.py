@@ -202,7 +202,7 @@ class InvokeImpl(OpImpl):
                 attrs[param.name] = call.attrs[text]
             else:
                 attrs[param.name] = _literal(text)
-        return BoundCall(fwd_spec, tensors, attrs), renames
+        return BoundCall(fwd_spec, tensors, attrs, call.options), renames
 
     def infer(self, call: BoundCall) -> list:
         fwd_call, _ = self._forward_call(call)
@@ -220,6 +220,7 @@ class InvokeImpl(OpImpl):
                 a = type(a)(a.kind, out_names[a.name], a.index, a.shape, a.dtype, a.value)
             args.append(a)
         plan.args = tuple(args)
+        plan.aliases = {out_names[o]: (renames[i], shape) for o, (i, shape) in plan.aliases.items()}
         return plan
 
 

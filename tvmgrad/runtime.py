@@ -30,7 +30,7 @@ class Launch:
     plan: Plan
     outputs: list                 # TensorMeta per output (None: not produced)
     target: Resolved
-    function: object
+    function: object              # None when every output is an alias of an input
 
     def __call__(self, out: dict | None = None, *, inplace: bool = False) -> dict:
         """Run the kernel. ``out`` may supply output arrays (contiguous, right shape and dtype);
@@ -46,8 +46,17 @@ class Launch:
                 results[o.name] = None
             elif o.name in given:
                 results[o.name] = _check_out(spec.name, o.name, given[o.name], meta)
+            elif o.name in self.plan.aliases and self.call.options["alias"]:
+                src, shape = self.plan.aliases[o.name]
+                results[o.name] = np.asarray(self.call.tensors[src]).reshape(shape)
             else:
                 results[o.name] = np.empty(meta.shape, dtype=meta.dtype.numpy)
+        for name, (src, shape) in self.plan.aliases.items():
+            data = np.asarray(self.call.tensors[src]).reshape(shape)
+            if results[name] is not None and not np.shares_memory(results[name], data):
+                np.copyto(results[name], data)
+        if self.function is None:
+            return results
         if self.target.is_gpu:
             return self._call_device(results)
         args = [self._arg(a, results) for a in self.plan.args]
@@ -136,24 +145,31 @@ def _check_out(op: str, name: str, array, meta: TensorMeta):
 
 
 def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",
-            cache: KernelCache | None = None) -> Launch:
-    """Validate a call, infer its outputs and fetch (or build) its kernel."""
+            cache: KernelCache | None = None, **options) -> Launch:
+    """Validate a call, infer its outputs and fetch (or build) its kernel.
+
+    Options: ``deterministic`` (default True: scatter-type grads accumulate in a fixed order;
+    False allows atomics where faster) and ``alias`` (default False: grads that are a reshape of
+    an input may return a view of it)."""
     entry = registry.get(op)
-    call = bind(entry.spec, inputs, attrs)
+    call = bind(entry.spec, inputs, attrs, **options)
     if not entry.available:
         raise NotImplementedError(f"{op}: listed in backward.yaml but not implemented yet")
     outs = registry.infer_outputs(entry, call)
     plan = entry.impl.plan(call, outs)
     tgt = resolve(target)
-    kernel = (cache or default_cache).get(plan, entry.impl, tgt)
-    return Launch(entry, call, plan, outs, tgt, kernel.function)
+    function = None
+    if plan.make is not None:
+        function = (cache or default_cache).get(plan, entry.impl, tgt).function
+    return Launch(entry, call, plan, outs, tgt, function)
 
 
 def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",
-        inplace: bool = False) -> dict:
+        inplace: bool = False, **options) -> dict:
     """Run backward op ``op``: inputs and attrs keyed by the YAML names, outputs likewise.
 
     ``inplace=True`` honours the YAML ``inplace`` pairs: the output is written into the
     input's array, which must be a writable contiguous array of the output's shape and dtype.
+    ``deterministic`` and ``alias`` are passed to ``prepare``.
     """
-    return prepare(op, inputs, attrs, target=target)(inplace=inplace)
+    return prepare(op, inputs, attrs, target=target, **options)(inplace=inplace)

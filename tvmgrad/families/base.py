@@ -42,9 +42,12 @@ class Arg:
 class Plan:
     key: tuple
     symbol: str
-    make: Callable[[], Any] = field(repr=False)
+    make: Callable[[], Any] | None = field(repr=False)   # None: every output is an alias
     args: tuple[Arg, ...] = ()
-    pattern: str = "generic"      # a hint for schedule rules and for `tvmgrad info`
+    pattern: str = "generic"      # the schedule module (schedules/<target>/<pattern>.py) if any
+    # output -> (input, shape): an output that is the input's data reshaped (a view when the
+    # caller allows aliasing, else a copy; no kernel either way)
+    aliases: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
 class OpImpl:

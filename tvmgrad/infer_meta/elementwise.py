@@ -24,6 +24,12 @@ def UnchangedMultiInferMeta(x):
 
 
 @register
+def GeneralUnaryGradInferMeta(x):
+    """dx = x."""
+    return (_need(x, "x"),)
+
+
+@register
 def GeneralBinaryGradInferMeta(x, y):
     """dx = x, dy = y."""
     return _need(x, "x"), y
