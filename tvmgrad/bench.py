@@ -25,6 +25,11 @@ def make_inputs(op: str, n: int, dtype: str, broadcast: bool, seed: int = 0):
     """Float inputs of ``n`` elements in (0.1, 0.9) (inside every pointwise op's domain but
     acosh's); with ``broadcast``, the op's second broadcasting input is one row of a square."""
     import ml_dtypes
+
+    from .benchrefs import input_makers
+    maker = input_makers().get(op)
+    if maker is not None and not broadcast:
+        return maker(n, dtype)
     spec = registry.get(op).spec
     rng = np.random.default_rng(seed)
     npd = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
@@ -75,39 +80,20 @@ def _copy_roofline(nbytes: int, repeat: int) -> float:
 
 def _paddle_fn(op, inputs, attrs):
     import paddle
+
+    from .benchrefs import paddle_refs
     paddle.set_device("cpu")
     spec = registry.get(op).spec
+    tensors = {k: paddle.to_tensor(v.astype(np.float32)).astype(str(v.dtype)) for k, v in inputs.items()}
+    full = {**spec.defaults, **attrs}
+    custom = paddle_refs().get(op)
+    if custom is not None:
+        return custom(tensors, full)
     if not hasattr(paddle._C_ops, op):
         return None
-    full = {**spec.defaults, **attrs}
-    args = [paddle.to_tensor(inputs[p.name].astype(np.float32)).astype(str(inputs[p.name].dtype))
-            if p.is_tensor else full[p.name] for p in spec.args]
+    args = [tensors[p.name] if p.is_tensor else full[p.name] for p in spec.args]
     fn = getattr(paddle._C_ops, op)
     return lambda: fn(*args)
-
-
-def _torch_fns():
-    import torch
-    aten = torch.ops.aten
-
-    def double_tanh(t, a):
-        out, go = t["out"].requires_grad_(), t["grad_out"].requires_grad_()
-        return lambda: torch.autograd.grad(aten.tanh_backward(go, out), [out, go], t["grad_x_grad"])
-
-    def atan2(t, a):
-        x, y = t["x"].requires_grad_(), t["y"].requires_grad_()
-        return lambda: torch.autograd.grad(torch.atan2(x, y), [x, y], t["out_grad"])
-
-    return {
-        "relu_grad": lambda t, a: (lambda: aten.threshold_backward(t["out_grad"], t["out"], 0.0)),
-        "sigmoid_grad": lambda t, a: (lambda: aten.sigmoid_backward(t["out_grad"], t["out"])),
-        "tanh_grad": lambda t, a: (lambda: aten.tanh_backward(t["out_grad"], t["out"])),
-        "silu_grad": lambda t, a: (lambda: aten.silu_backward(t["out_grad"], t["x"])),
-        "gelu_grad": lambda t, a: (lambda: aten.gelu_backward(
-            t["out_grad"], t["x"], approximate="tanh" if a.get("approximate") else "none")),
-        "tanh_double_grad": double_tanh,
-        "atan2_grad": atan2,
-    }
 
 
 def _torch_fn(op, inputs, attrs):
@@ -115,12 +101,13 @@ def _torch_fn(op, inputs, attrs):
         import torch
     except ImportError:
         return None
-    fns = _torch_fns()
-    if op not in fns:
+    from .benchrefs import torch_refs
+    make = torch_refs().get(op)
+    if make is None:
         return None
     tensors = {k: torch.from_numpy(v.astype(np.float32)).to(getattr(torch, str(v.dtype)))
                for k, v in inputs.items()}
-    return fns[op](tensors, attrs)
+    return make(tensors, {**registry.get(op).spec.defaults, **attrs})
 
 
 # -- the run ----------------------------------------------------------------------------------
