@@ -116,3 +116,14 @@ def implemented_ops(kind: str | None = None) -> list[str]:
         if kind is None or impl.family_kind == kind:
             out.append(op.name)
     return out
+
+
+def _load_family_samples() -> None:
+    """Family test authors register factories in tests/samples_<family>.py modules."""
+    import importlib
+    import pathlib
+    for path in sorted(pathlib.Path(__file__).parent.glob("samples_*.py")):
+        importlib.import_module(path.stem)
+
+
+_load_family_samples()
