@@ -1,8 +1,8 @@
 """Every higher-order grad is the VJP of the lower-order kernel it differentiates (YAML `backward:`).
 
 For a link G -> D (e.g. tanh_grad -> tanh_double_grad), D's inputs are G's primal inputs (named as
-in D's ``forward:`` signature) plus one cotangent ``<out>_grad`` per output of G, and D's outputs are
-``<primal>_grad``. With a random direction t over the primals D differentiates and cotangents c
+in D's ``forward:`` signature; some D take G's output instead, e.g. sqrt_double_grad's grad_x) plus
+one cotangent ``<out>_grad`` per output of G, and D's outputs are ``<primal>_grad``. With a random direction t over the primals D differentiates and cotangents c
 (JAX's check_vjp, one direction instead of per element), in float64:
 
     < c, (G(p + e t) - G(p - e t)) / 2e >  ==  sum_p < D(p, c)[p_grad], t_p >
@@ -70,8 +70,15 @@ def test_higher_order_grad_is_vjp_of_lower(g, d):
     direction = {n: rng.standard_normal(primals[n].shape) for n in wrt}
     cot = {f"{o.name}_grad": rng.standard_normal(primals[wrt[0]].shape) for o in sig.outputs}
 
-    d_inputs = {p.name: (primals.get(p.name) if p.name in primals else cot.get(p.name))
-                for p in d_spec.tensor_args}
+    forward_out = _g_call(g_spec, sig, primals, g_attrs)     # D may take G's outputs (sqrt's grad_x)
+    d_inputs = {}
+    for p in d_spec.tensor_args:
+        for source in (primals, forward_out, cot):
+            if p.name in source:
+                d_inputs[p.name] = source[p.name]
+                break
+        else:
+            d_inputs[p.name] = None
     for name, value in d_inputs.items():
         if value is None and name not in d_spec.optional:
             pytest.fail(f"{d}: no value for input {name}")

@@ -62,7 +62,11 @@ def _cmd_info(args) -> int:
         impl = op.impl if op.state != "invoke" else op.forward_op.impl
         print(f"  dtypes      : {', '.join(impl.dtypes)}")
         print(f"  te          : {impl.source_file} ({impl.module}.{impl.name}, {type(impl).__name__})")
-        print("  schedules   : schedules/cpu.py (llvm), schedules/cuda/ (cuda), chosen per block by loop nest")
+        from . import schedules
+        pattern = getattr(impl, "pattern", "generic")
+        where = {kind: schedules.pattern_module(kind, pattern).__file__ for kind in ("llvm", "cuda")}
+        print(f"  schedules   : {where['llvm']} (llvm), {where['cuda']} (cuda)"
+              + ("" if pattern != "generic" else ": a rule per block by loop-nest shape"))
         if impl.doc:
             print("  formula     : " + impl.doc.replace("\n", "\n                "))
     return 0
