@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from tvm import tirx
+from tvmgrad.lazy import tirx
 
 __all__ = ["dtype_of", "const", "where", "sign", "square"]
 

@@ -17,7 +17,7 @@ Semantics follow Paddle 3.3.1's CPU kernels (``phi/kernels/funcs/activation_func
 import math
 
 import numpy as np
-from tvm import tirx
+from tvmgrad.lazy import tirx
 
 from tvmgrad.families import OpError, pointwise, tensor_op
 

@@ -1,9 +1,448 @@
-"""Grads of elementary functions: powers, exponentials, logarithms, trigonometry, rounding."""
+"""Grads of elementary functions: powers, exponentials, logarithms, trigonometry, rounding.
+
+Each formula follows Paddle 3.3.1's CPU kernel (``phi/kernels/funcs/activation_functor.h``,
+``impl/activation_grad_impl.h``, ``impl/abs_grad_kernel_impl.h``, ...) including its order of
+operations and its behaviour at domain edges, ±inf and NaN. Notes on where that differs from the
+textbook formula are in the docstrings.
+"""
+
+import math
+
+from tvmgrad.lazy import tirx
 
 from tvmgrad.families import pointwise
 
+from ._math import const, dtype_of, where
+
+
+# ------------------------------------------------------------------------------------------
+# private helpers
+
+def _times_zero(v):
+    """Paddle's ``0 * v``: 0 where v is finite, NaN where it is ±inf or NaN.
+
+    (``v * 0.0`` cannot be written directly: TVM folds it to the constant 0 while building.)
+    """
+    return where(tirx.isfinite(v), 0.0, const(float("nan"), v))
+
+
+def _sign_nan(x):
+    """Paddle's ``sign``: -1, 0, 1, and NaN for NaN (unlike ``_math.sign``, which gives 0)."""
+    return where(x > 0, 1.0, where(x < 0, -1.0, where(x == 0, 0.0, x)))
+
+
+def _f32(y):
+    """A Scalar attribute as Paddle's pow kernels see it: ``factor.to<float>()`` (float32)."""
+    return y.astype("float32")
+
+
+def _to(v, like):
+    """``static_cast<T>(v)``: v in the dtype of ``like``."""
+    return v.astype(dtype_of(like))
+
+
+# ------------------------------------------------------------------------------------------
+# forward op invoked by scale_grad and sign_grad
 
 @pointwise(infer_meta="UnchangedInferMeta")
 def scale(x, scale, bias, bias_after_scale):
-    """The forward ``scale`` op (scale_grad and sign_grad invoke it): x·scale + bias."""
+    """The forward ``scale`` op (scale_grad and sign_grad invoke it): x·scale + bias
+    (bias_after_scale) or (x + bias)·scale. sign_grad = out_grad·0 + 0, so NaN where out_grad is
+    ±inf/NaN, as in Paddle."""
     return x * scale + bias if bias_after_scale else (x + bias) * scale
+
+
+# ------------------------------------------------------------------------------------------
+# abs
+
+@pointwise
+def abs_grad(x, out_grad):
+    """x_grad = x == 0 ? 0 : out_grad · (x / |x|)   (NaN at x = ±inf: inf/inf, as Paddle)"""
+    return where(x == 0, 0.0, out_grad * (x / tirx.abs(x)))
+
+
+@pointwise
+def abs_double_grad(x, grad_x_grad):
+    """grad_out_grad = x == 0 ? 0 : grad_x_grad · x / |x|   (NaN at x = ±inf, as Paddle)"""
+    return where(x == 0, 0.0, grad_x_grad * x / tirx.abs(x))
+
+
+@pointwise
+def abs_triple_grad(x, grad_out_grad_grad):
+    """grad_x_grad_grad = grad_out_grad_grad · sign(x)   (Paddle's composite; sign(NaN) = NaN,
+    sign(±inf) = ±1)"""
+    return grad_out_grad_grad * _sign_nan(x)
+
+
+# ------------------------------------------------------------------------------------------
+# trigonometric and hyperbolic
+
+@pointwise
+def sin_grad(x, out_grad):
+    """x_grad = out_grad · cos(x)"""
+    return out_grad * tirx.cos(x)
+
+
+@pointwise
+def cos_grad(x, out_grad):
+    """x_grad = -out_grad · sin(x)"""
+    return -out_grad * tirx.sin(x)
+
+
+@pointwise
+def tan_grad(x, out_grad):
+    """x_grad = out_grad / cos²(x)"""
+    c = tirx.cos(x)
+    return out_grad / (c * c)
+
+
+@pointwise
+def sin_double_grad(x, grad_out, grad_x_grad):
+    """x_grad = -grad_x_grad · sin(x) · grad_out,  grad_out_grad = grad_x_grad · cos(x)"""
+    return -grad_x_grad * tirx.sin(x) * grad_out, grad_x_grad * tirx.cos(x)
+
+
+@pointwise
+def cos_double_grad(x, grad_out, grad_x_grad):
+    """x_grad = -grad_x_grad · cos(x) · grad_out,  grad_out_grad = -grad_x_grad · sin(x)"""
+    return -grad_x_grad * tirx.cos(x) * grad_out, -grad_x_grad * tirx.sin(x)
+
+
+@pointwise(broadcast=())
+def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
+    """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
+    d3d2d1y = grad_out_grad_grad:
+    x_grad = -cos(x)·d1y·d2d1x·d3d2x - sin(x)·d2d1x·d3d2d1y
+    grad_out_forward_grad = -sin(x)·d2d1x·d3d2x
+    grad_x_grad_forward_grad = -sin(x)·d1y·d3d2x + cos(x)·d3d2d1y
+    An absent optional drops the terms that read it; an output left with no term is 0·x
+    (NaN where x is ±inf/NaN), exactly as Paddle's SinTripleGradFunctor branches.
+    """
+    d1y, d2d1x, d3d2x, d3d2d1y = grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad
+    s, c = tirx.sin(x), tirx.cos(x)
+    have_d1y, have_d2d1x, have_d3 = d1y is not None, d2d1x is not None, d3d2d1y is not None
+    if have_d1y and have_d2d1x and have_d3:
+        dx = -c * d1y * d2d1x * d3d2x - s * d2d1x * d3d2d1y
+    elif have_d2d1x and have_d3:
+        dx = -s * d2d1x * d3d2d1y
+    elif have_d1y and have_d2d1x:
+        dx = -c * d1y * d2d1x * d3d2x
+    else:
+        dx = _times_zero(x)
+    d_dout = -s * d2d1x * d3d2x if have_d2d1x else _times_zero(x)
+    if have_d1y and have_d3:
+        d_ddx = -s * d1y * d3d2x + c * d3d2d1y
+    elif have_d1y:
+        d_ddx = -s * d1y * d3d2x
+    elif have_d3:
+        d_ddx = c * d3d2d1y
+    else:
+        d_ddx = _times_zero(x)
+    return dx, d_dout, d_ddx
+
+
+@pointwise(broadcast=())
+def cos_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
+    """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
+    d3d2d1y = grad_out_grad_grad:
+    x_grad = sin(x)·d1y·d2d1x·d3d2x - cos(x)·d2d1x·d3d2d1y
+    grad_out_forward_grad = -cos(x)·d2d1x·d3d2x
+    grad_x_grad_forward_grad = -cos(x)·d1y·d3d2x - sin(x)·d3d2d1y
+    An absent optional drops the terms that read it; an output left with no term is 0·x
+    (NaN where x is ±inf/NaN), exactly as Paddle's CosTripleGradFunctor branches.
+    """
+    d1y, d2d1x, d3d2x, d3d2d1y = grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad
+    s, c = tirx.sin(x), tirx.cos(x)
+    have_d1y, have_d2d1x, have_d3 = d1y is not None, d2d1x is not None, d3d2d1y is not None
+    if have_d1y and have_d2d1x and have_d3:
+        dx = s * d1y * d2d1x * d3d2x - c * d2d1x * d3d2d1y
+    elif have_d1y and have_d2d1x:
+        dx = s * d1y * d2d1x * d3d2x
+    elif have_d2d1x and have_d3:
+        dx = -c * d2d1x * d3d2d1y
+    else:
+        dx = _times_zero(x)
+    d_dout = -c * d2d1x * d3d2x if have_d2d1x else _times_zero(x)
+    if have_d1y and have_d3:
+        d_ddx = -c * d1y * d3d2x - s * d3d2d1y
+    elif have_d3:
+        d_ddx = -s * d3d2d1y
+    elif have_d1y:
+        d_ddx = -c * d1y * d3d2x
+    else:
+        d_ddx = _times_zero(x)
+    return dx, d_dout, d_ddx
+
+
+@pointwise
+def sinh_grad(x, out_grad):
+    """x_grad = out_grad · cosh(x)"""
+    return out_grad * tirx.cosh(x)
+
+
+@pointwise
+def cosh_grad(x, out_grad):
+    """x_grad = out_grad · sinh(x)"""
+    return out_grad * tirx.sinh(x)
+
+
+@pointwise
+def asin_grad(x, out_grad):
+    """x_grad = out_grad / √(1 - x²)   (NaN for |x| > 1, ±inf at ±1)"""
+    return out_grad / tirx.sqrt(1.0 - x * x)
+
+
+@pointwise
+def acos_grad(x, out_grad):
+    """x_grad = -out_grad / √(1 - x²)   (NaN for |x| > 1, ±inf at ±1)"""
+    return -out_grad / tirx.sqrt(1.0 - x * x)
+
+
+@pointwise
+def atan_grad(x, out_grad):
+    """x_grad = out_grad / (1 + x²)"""
+    return out_grad / (1.0 + x * x)
+
+
+@pointwise
+def asinh_grad(x, out_grad):
+    """x_grad = out_grad / √(x² + 1)"""
+    return out_grad / tirx.sqrt(x * x + 1.0)
+
+
+@pointwise
+def acosh_grad(x, out_grad):
+    """x_grad = out_grad / √(x² - 1)   (NaN for |x| < 1, inf at ±1; defined for x ≤ -1 too)"""
+    return out_grad / tirx.sqrt(x * x - 1.0)
+
+
+@pointwise
+def atanh_grad(x, out_grad):
+    """x_grad = out_grad / (1 - x²)   (finite, negative for |x| > 1, as Paddle)"""
+    return out_grad / (1.0 - x * x)
+
+
+# ------------------------------------------------------------------------------------------
+# exponentials and logarithms
+
+@pointwise
+def exp_grad(out, out_grad):
+    """x_grad = out_grad · out"""
+    return out_grad * out
+
+
+@pointwise
+def exp_double_grad(out, grad_out, grad_x_grad):
+    """out_grad = grad_x_grad · grad_out,  grad_out_grad = grad_x_grad · out"""
+    return grad_x_grad * grad_out, grad_x_grad * out
+
+
+@pointwise
+def expm1_grad(out, out_grad):
+    """x_grad = out_grad · out + out_grad"""
+    return out_grad * out + out_grad
+
+
+@pointwise
+def log_grad(x, out_grad):
+    """x_grad = out_grad · (1 / x)"""
+    return out_grad * (1.0 / x)
+
+
+@pointwise
+def log_double_grad(x, grad_out, grad_x_grad):
+    """x_grad = -grad_out · grad_x_grad / x²,  grad_out_grad = grad_x_grad / x"""
+    return -grad_out * grad_x_grad / (x * x), grad_x_grad / x
+
+
+@pointwise
+def log2_grad(x, out_grad):
+    """x_grad = out_grad / (x · ln 2)"""
+    return out_grad / (x * const(math.log(2.0), x))
+
+
+@pointwise
+def log10_grad(x, out_grad):
+    """x_grad = out_grad / (x · ln 10)"""
+    return out_grad / (x * const(2.3025850929940456, x))
+
+
+@pointwise
+def log1p_grad(x, out_grad):
+    """x_grad = out_grad · (1 / (x + 1))"""
+    return out_grad * (1.0 / (x + 1.0))
+
+
+@pointwise
+def erf_grad(x, out_grad):
+    """x_grad = out_grad · 2/√π · exp(-x²)"""
+    return out_grad * const(2.0 / math.sqrt(math.pi), x) * tirx.exp(-(x * x))
+
+
+# ------------------------------------------------------------------------------------------
+# powers
+
+@pointwise
+def sqrt_grad(out, out_grad):
+    """x_grad = 0.5 · out_grad / out"""
+    return 0.5 * out_grad / out
+
+
+@pointwise
+def sqrt_double_grad(out, grad_x, grad_x_grad):
+    """out_grad = -grad_x · grad_x_grad / out,  grad_out_grad = 0.5 · grad_x_grad / out"""
+    return grad_x * grad_x_grad * -1.0 / out, grad_x_grad * 0.5 / out
+
+
+@pointwise
+def rsqrt_grad(out, out_grad):
+    """x_grad = -0.5 · out_grad · out³"""
+    return -0.5 * out_grad * out * out * out
+
+
+@pointwise
+def rsqrt_double_grad(out, grad_x, grad_x_grad):
+    """out_grad = (3 / out) · grad_x · grad_x_grad,  grad_out_grad = -0.5 · grad_x_grad · out³"""
+    return (3.0 / out) * grad_x * grad_x_grad, grad_x_grad * -0.5 * out * out * out
+
+
+@pointwise
+def square_grad(x, out_grad):
+    """x_grad = 2 · out_grad · x"""
+    return out_grad * 2.0 * x
+
+
+@pointwise
+def square_double_grad(x, grad_out, grad_x_grad):
+    """x_grad = 2 · grad_x_grad · grad_out,  grad_out_grad = 2 · grad_x_grad · x"""
+    return grad_x_grad * 2.0 * grad_out, grad_x_grad * 2.0 * x
+
+
+@pointwise
+def reciprocal_grad(out, out_grad):
+    """x_grad = -out_grad · out²"""
+    return -out_grad * out * out
+
+
+@pointwise
+def pow_grad(x, out_grad, y):
+    """x_grad = y == 0 ? 0 : out_grad · y · x^(y-1)
+    y is used as float32 (Paddle's ``factor.to<float>()``), also for float64 inputs; y == 0 gives 0
+    everywhere (even where x = 0 or out_grad is inf/NaN), as Paddle."""
+    yf = _f32(y)
+    e = _to(yf, x)
+    return where(yf == 0.0, 0.0, out_grad * e * tirx.pow(x, e - 1.0))
+
+
+def _pow_coef(yf, k, like):
+    """Paddle's ``Scale(..., factor)`` coefficients, computed in float32: y, y(y-1), y(y-1)(y-2)."""
+    c = yf
+    for j in range(1, k):
+        c = c * (yf - float(j))
+    return _to(c, like)
+
+
+def _pow_x(x, yf, k):
+    """x^(y-k) with the exponent ``y - k`` formed in float32, as Paddle's Pow(x, exponent - k)."""
+    return tirx.pow(x, _to(yf - float(k), x))
+
+
+@pointwise(broadcast=())
+def pow_double_grad(x, grad_out, grad_x_grad, y):
+    """x_grad = y == 1 ? 0 : grad_out · grad_x_grad · x^(y-2) · y(y-1)
+    grad_out_grad = grad_x_grad · x^(y-1) · y
+    (y and the coefficients in float32, as Paddle; same shapes only: Paddle crashes otherwise)"""
+    yf = _f32(y)
+    x_grad = grad_out * grad_x_grad * _pow_x(x, yf, 2) * _pow_coef(yf, 2, x)
+    return (where(yf == 1.0, 0.0, x_grad),
+            grad_x_grad * _pow_x(x, yf, 1) * _pow_coef(yf, 1, x))
+
+
+@pointwise(broadcast=())
+def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y):
+    """With dout = grad_out, ddx = grad_grad_x, d_dx = grad_x_grad, d_ddout = grad_grad_out_grad
+    (optional: absent drops its terms), c_k = y(y-1)…(y-k+1) in float32:
+    x_grad = d_dx·ddx·dout·x^(y-3)·c_3 + d_ddout·ddx·x^(y-2)·c_2
+    grad_out_grad = d_dx·ddx·x^(y-2)·c_2
+    grad_grad_x_grad = d_dx·dout·x^(y-2)·c_2 + d_ddout·x^(y-1)·y
+    Paddle's special cases: y = 2: x_grad has no first term (0 without d_ddout); y = 1: x_grad has
+    no second term, grad_out_grad = 0, grad_grad_x_grad = d_ddout (0 without it)."""
+    dout, ddx, d_dx, d_ddout = grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad
+    yf = _f32(y)
+    c1, c2, c3 = (_pow_coef(yf, k, x) for k in (1, 2, 3))
+    part1 = d_dx * ddx * dout * (_pow_x(x, yf, 3) * c3)
+    d_dout = d_dx * ddx * (_pow_x(x, yf, 2) * c2)
+    d_ddx = d_dx * dout * (_pow_x(x, yf, 2) * c2)
+    if d_ddout is not None:
+        part2 = d_ddout * ddx * (_pow_x(x, yf, 2) * c2)
+        d_ddx_part2 = d_ddout * (_pow_x(x, yf, 1) * c1)
+        dx_general, dx_two = part1 + part2, part2
+        d_ddx_general, d_ddx_one = d_ddx + d_ddx_part2, d_ddx_part2
+    else:
+        dx_general, dx_two = part1, 0.0
+        d_ddx_general, d_ddx_one = d_ddx, 0.0
+    dx = where(yf == 2.0, dx_two, where(yf == 1.0, part1, dx_general))
+    d_dout = where(yf == 1.0, 0.0, d_dout)
+    d_ddx = where(yf == 2.0, d_ddx_general, where(yf == 1.0, d_ddx_one, d_ddx_general))
+    return dx, d_dout, d_ddx
+
+
+# ------------------------------------------------------------------------------------------
+# piecewise constant and clipping
+
+@pointwise
+def floor_grad(out_grad):
+    """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
+    return _times_zero(out_grad)
+
+
+@pointwise
+def ceil_grad(out_grad):
+    """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
+    return _times_zero(out_grad)
+
+
+@pointwise
+def round_grad(out_grad):
+    """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
+    return _times_zero(out_grad)
+
+
+@pointwise
+def trunc_grad(out_grad):
+    """input_grad = 0   (zeros even where out_grad is ±inf/NaN, as Paddle)"""
+    return 0.0
+
+
+@pointwise
+def clip_grad(x, out_grad, min, max):
+    """x_grad = min ≤ x ≤ max ? out_grad : 0   (0 where x is NaN, everywhere when min > max)"""
+    return where(tirx.all(x >= min, x <= max), out_grad, 0.0)
+
+
+@pointwise
+def clip_double_grad(x, grad_x_grad, min, max):
+    """grad_out_grad = min ≤ x ≤ max ? grad_x_grad : 0   (Paddle runs clip_grad's kernel)"""
+    return where(tirx.all(x >= min, x <= max), grad_x_grad, 0.0)
+
+
+# ------------------------------------------------------------------------------------------
+# random ops: the output does not depend on x
+
+@pointwise
+def gaussian_inplace_grad(out_grad, mean, std, seed):
+    """x_grad = 0   (x is overwritten by the random fill; zeros even for inf/NaN out_grad)"""
+    return 0.0
+
+
+@pointwise
+def uniform_inplace_grad(out_grad, min, max, seed, diag_num, diag_step, diag_val):
+    """x_grad = 0   (x is overwritten by the random fill, diagonal included; zeros even for
+    inf/NaN out_grad)"""
+    return 0.0
+
+
+@pointwise
+def poisson_grad(out_grad):
+    """x_grad = 0   (zeros even for inf/NaN out_grad)"""
+    return 0.0

@@ -13,4 +13,10 @@ from .infer_meta import TensorMeta  # noqa: E402
 from .runtime import Launch, prepare, run  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["run", "prepare", "Launch", "TensorMeta", "__version__"]
+__all__ = ["run", "prepare", "Launch", "TensorMeta", "load_library", "__version__"]
+
+
+def load_library(path):
+    """Open an ahead-of-time kernel library built by ``tvmgrad build`` (see tvmgrad.aot)."""
+    from .aot import load_library as _load
+    return _load(path)

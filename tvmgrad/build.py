@@ -10,7 +10,7 @@ import pathlib
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["lower", "compile_plan", "compile_plans", "source_digest"]
+__all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered", "source_digest"]
 
 
 def lower(plan: Plan, target: Resolved):
@@ -26,13 +26,18 @@ def compile_plan(plan: Plan, target: Resolved):
 
 
 def compile_plans(plans: list[Plan], target: Resolved):
-    """Compile plans (distinct symbols) into one module; for CUDA, check that every kernel really
-    runs on the device (an unscheduled block would silently become host code)."""
-    import tvm
+    """Compile plans (distinct symbols) into one module."""
     funcs = {}
     for plan in plans:
         if plan.symbol not in funcs:
             funcs[plan.symbol] = lower(plan, target)["main"]
+    return compile_lowered(funcs, target)
+
+
+def compile_lowered(funcs: dict, target: Resolved):
+    """Compile scheduled PrimFuncs (symbol -> func) into one module; for CUDA, check that every
+    kernel really runs on the device (an unscheduled block would silently become host code)."""
+    import tvm
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(tvm.IRModule(funcs), target=target.target)
     if target.is_gpu:

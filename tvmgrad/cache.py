@@ -87,6 +87,9 @@ class KernelCache:
 
     # -- disk ----------------------------------------------------------------------------------
     def _load_or_build(self, plan, impl, target) -> CacheEntry:
+        if target.is_gpu:
+            from .cuda import install_load_time_compiler
+            install_load_time_compiler()
         path = self.entry_path(plan, impl, target)
         entry = self._try_load(path, plan)
         if entry is not None:

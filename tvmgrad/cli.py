@@ -84,6 +84,24 @@ def _cmd_check(args) -> int:
     return 1 if problems else 0
 
 
+def _cmd_build(args) -> int:
+    from . import aot
+    ops = None
+    if args.ops:
+        ops = [o for part in args.ops for o in part.split(",") if o]
+    manifest = aot.build(args.out, target=args.target, dtypes=args.dtype.split(","), ops=ops,
+                         archs=args.arch.split(","), jobs=args.jobs)
+    entries = sum(len(lib["entries"]) for lib in manifest["libraries"])
+    skipped = [s for lib in manifest["libraries"] for s in lib["skipped"]]
+    for s in skipped:
+        print(f"skipped {s['op']} [{s['dtype']}]: {s['reason']}")
+    print(f"{args.out}: {len(manifest['libraries'])} libraries, {entries} entry points for "
+          f"{len(manifest['ops'])} ops on {manifest['target']}"
+          + (f" ({', '.join(manifest['archs'])})" if manifest["archs"] else "")
+          + f", {len(skipped)} skipped")
+    return 0
+
+
 def _cmd_bench(args) -> int:
     from . import bench
     return bench.main(args)
@@ -111,6 +129,16 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", default="float32,float64,float16,bfloat16")
     p.add_argument("--jobs", type=int, default=0, help="build processes (default: all cores)")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("build", help="ahead-of-time kernel libraries (one .so per dtype, manifest)")
+    p.add_argument("--target", default="llvm", help="llvm, llvm:<cpu> or cuda (default llvm)")
+    p.add_argument("--arch", default="sm_80,sm_90", help="CUDA arches (default sm_80,sm_90)")
+    p.add_argument("--dtype", default="float32", help="comma-separated dtypes (default float32)")
+    p.add_argument("--ops", nargs="*", help="ops to include (default: every implemented op)")
+    p.add_argument("--all", action="store_true", help="every implemented op (the default)")
+    p.add_argument("--out", required=True, help="output directory (replaced atomically)")
+    p.add_argument("--jobs", type=int, default=0, help="build processes (default: all cores)")
+    p.set_defaults(func=_cmd_build)
 
     p = sub.add_parser("bench", help="time kernels against Paddle, PyTorch and a numpy copy")
     p.add_argument("ops", nargs="+")

@@ -132,14 +132,25 @@ def _cached_cubin(source_hash: str, arch: str, source: str) -> bytes:
     return data
 
 
+PREBUILT: dict[str, str] = {}     # sha256 of a device source -> path of its prebuilt fatbin
+
+
 def install_load_time_compiler() -> None:
-    """Make TVM compile CUDA source at load time with tvmgrad's nvcc flags (cached cubins)."""
+    """Make TVM's load-time CUDA compile return a prebuilt fatbin when an AOT library registered
+    one for this exact source (no compiler needed), else compile with tvmgrad's nvcc flags (no
+    fast math), caching the cubin per source and arch."""
+    import sys
+
     import tvm_ffi
+    if "tvm" in sys.modules:
+        import tvm.support.nvcc  # noqa: F401 - registers TVM's callback first, then we override it
 
     from .targets import default_cuda_arch
 
     @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
     def _compile(code, target=None):  # noqa: ARG001 - TVM passes the target on some paths
-        arch = default_cuda_arch()
-        digest = hashlib.sha256(code.encode()).hexdigest()[:32]
-        return bytearray(_cached_cubin(digest, arch, code))
+        digest = hashlib.sha256(code.encode()).hexdigest()
+        if digest in PREBUILT:
+            with open(PREBUILT[digest], "rb") as fh:
+                return fh.read()
+        return _cached_cubin(digest[:32], default_cuda_arch(), code)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import registry
+from . import registry, rt
 from .cache import KernelCache, default_cache
 from .call import BoundCall, bind
 from .dtypes import DType, dtype as as_dtype
@@ -37,9 +37,16 @@ class Launch:
         ``inplace`` writes each YAML ``inplace`` output into its input's buffer."""
         spec = self.op.spec
         given = dict(out or {})
+        copy_back = {}
         if inplace:
             for src, dst in spec.inplace:
-                given.setdefault(dst, self.call.tensors[src])
+                if dst in given:
+                    continue
+                if self.plan.inplace_safe:
+                    given[dst] = self.call.tensors[src]
+                else:                      # the kernel may read src after writing dst
+                    copy_back[dst] = _check_out(spec.name, dst, self.call.tensors[src],
+                                                self.outputs[spec.output_names.index(dst)])
         results = {}
         for o, meta in zip(spec.outputs, self.outputs):
             if meta is None:
@@ -55,12 +62,14 @@ class Launch:
             data = np.asarray(self.call.tensors[src]).reshape(shape)
             if results[name] is not None and not np.shares_memory(results[name], data):
                 np.copyto(results[name], data)
-        if self.function is None:
-            return results
-        if self.target.is_gpu:
-            return self._call_device(results)
-        args = [self._arg(a, results) for a in self.plan.args]
-        self.function(*args)
+        if self.function is not None:
+            if self.target.is_gpu:
+                self._call_device(results)
+            else:
+                self.function(*[self._arg(a, results) for a in self.plan.args])
+        for name, buffer in copy_back.items():
+            np.copyto(buffer, results[name])
+            results[name] = buffer
         return results
 
     def _arg(self, a: Arg, results: dict):
@@ -72,8 +81,7 @@ class Launch:
         return to_tvm(array, a.shape, as_dtype(array.dtype))
 
     def _call_device(self, results: dict) -> dict:
-        import tvm
-        dev = self.target.device()
+        dev = rt.device("cuda", 0)
         args, copies = [], []
         for a in self.plan.args:
             if a.kind == "scalar":
@@ -83,17 +91,15 @@ class Launch:
             if a.index is not None:
                 host = host[a.index]
             dt = as_dtype(host.dtype)
-            arr = _storage_view(np.ascontiguousarray(host), dt)
-            dev_arr = tvm.runtime.tensor(arr, dev)
             shape = tuple(a.shape if a.shape is not None else host.shape) + ((2,) if dt.lanes == 2 else ())
-            args.append(dev_arr._create_view(shape, dt.storage))
+            tensor = rt.to_device(_storage_view(np.ascontiguousarray(host), dt), shape, dt.storage, dev)
+            args.append(tensor)
             if a.kind == "output":
-                copies.append((dev_arr, host))
+                copies.append((tensor, host))
         self.function(*args)
-        dev.sync()
-        for dev_arr, host in copies:
-            dt = as_dtype(host.dtype)
-            _storage_view(host, dt)[...] = dev_arr.numpy().reshape(_storage_view(host, dt).shape)
+        rt.sync(dev)
+        for tensor, host in copies:
+            rt.to_host(tensor, _storage_view(host, as_dtype(host.dtype)))
         return results
 
 
@@ -108,8 +114,7 @@ def to_tvm(array, shape, dt: DType):
     if isinstance(array, np.ndarray):
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
-        base = _storage_view(array, dt)
-        tensor = tvm_ffi.from_dlpack(base, require_alignment=0)
+        tensor = tvm_ffi.from_dlpack(_storage_view(array, dt), require_alignment=0)
     else:
         tensor = tvm_ffi.from_dlpack(array, require_alignment=0)
     shape = tuple(shape if shape is not None else array.shape)
@@ -117,20 +122,8 @@ def to_tvm(array, shape, dt: DType):
         shape += (2,)
     if dt.dlpack_view is not None or tuple(tensor.shape) != shape or array.size == 0:
         # (a zero-size numpy array exports zero strides, which TVM calls non-compact)
-        tensor = _create_view(tensor, tvm_ffi.Shape(shape), dt.storage, 0)
+        tensor = rt.create_view(tensor, shape, dt.storage)
     return tensor
-
-
-def _create_view(*args):
-    """``runtime.TVMTensorCreateView`` from libtvm_runtime (no TVM compiler import needed)."""
-    import tvm_ffi
-    global _CREATE_VIEW
-    if _CREATE_VIEW is None:
-        _CREATE_VIEW = tvm_ffi.get_global_func("runtime.TVMTensorCreateView")
-    return _CREATE_VIEW(*args)
-
-
-_CREATE_VIEW = None
 
 
 def _check_out(op: str, name: str, array, meta: TensorMeta):
@@ -158,6 +151,9 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
     outs = registry.infer_outputs(entry, call)
     plan = entry.impl.plan(call, outs)
     tgt = resolve(target)
+    if tgt.is_gpu and not rt.cuda_available():
+        raise RuntimeError(f"{op}: target {tgt.kind} needs a CUDA driver and GPU, and this machine "
+                           f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")
     function = None
     if plan.make is not None:
         function = (cache or default_cache).get(plan, entry.impl, tgt).function

@@ -30,8 +30,8 @@ class Resolved:
         return self.kind == "cuda"
 
     def device(self):
-        import tvm
-        return tvm.cuda(0) if self.is_gpu else tvm.cpu(0)
+        from . import rt
+        return rt.device("cuda" if self.is_gpu else "cpu", 0)
 
     def __repr__(self) -> str:
         return f"<target {self.kind}{' ' + self.arch if self.arch else ''}>"

@@ -48,6 +48,9 @@ class Plan:
     # output -> (input, shape): an output that is the input's data reshaped (a view when the
     # caller allows aliasing, else a copy; no kernel either way)
     aliases: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
+    # may a YAML inplace output share its input's buffer inside the kernel? (else the runtime
+    # computes into scratch and copies back)
+    inplace_safe: bool = False
 
 
 class OpImpl:

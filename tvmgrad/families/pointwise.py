@@ -88,6 +88,7 @@ class Pointwise(OpImpl):
             key=key, symbol=f"{op}_{dt.name}_{digest}",
             make=lambda: self._make(spec, dt, present, out_names, masks, runtime, attrs),
             args=tuple(args), pattern="elementwise" if not any(any(m) for m in masks) else "broadcast",
+            inplace_safe=True,     # every element is read before it is written; aliases go last
         )
 
     # -- TE -----------------------------------------------------------------------------------

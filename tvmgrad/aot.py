@@ -1,0 +1,400 @@
+"""Ahead-of-time kernel libraries: build on a machine without a GPU, load with the runtime only.
+
+``build(out, target=..., dtypes=..., ops=...)`` writes, per dtype:
+
+* ``<target>-<dtype>.so``: every selected op's kernel variants in one shared library (symbolic
+  shapes; one entry point per variant: an op's example calls, every bool attribute value, and every
+  broadcast pattern of a broadcasting pointwise op over up to two coalesced dims);
+* for CUDA, ``<target>-<dtype>.fatbin``: the device code precompiled with nvcc for every requested
+  arch (no fast math), so that loading needs only the TVM runtime and the CUDA driver;
+
+and one ``manifest.json`` listing each entry point (op, dtype, variant key, argument list, shape
+inference, baked attributes), the target, arches, TVM version and source digests. The output
+directory is replaced atomically; building again with the same inputs is a no-op.
+
+``load_library(dir)`` plans calls with the same family planners as ``tvmgrad.run`` (pure Python),
+finds the entry point by variant key and calls it through ``tvm_ffi`` and ``libtvm_runtime``:
+``tvm`` itself (the compiler) is never imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__, registry, rt
+from .call import bind
+from .dtypes import FLOATS, dtype as as_dtype
+from .runtime import Launch
+
+__all__ = ["build", "load_library", "Library", "variant_calls", "MANIFEST"]
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_ARCH = re.compile(r"^sm_\d+a?$")
+
+
+# ------------------------------------------------------------------------------------------
+# Variants
+
+def variant_calls(op: str) -> list[tuple[dict, dict]]:
+    """Example calls of ``op`` covering the kernel variants a library should hold."""
+    from . import examples
+    entry = registry.get(op)
+    base = [examples.sample(op)]
+    bcast = examples.broadcast_variant(op)
+    if bcast is not None:
+        base.append(bcast)
+    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    if impl.family_kind == "pointwise":
+        base += _broadcast_patterns(entry, impl, base[0])
+    calls = []
+    bools = [p.name for p in entry.spec.attrs if p.base_type == "bool"]
+    for inputs, attrs in base:
+        for values in itertools.product((False, True), repeat=len(bools)):
+            calls.append((inputs, {**attrs, **dict(zip(bools, values))}))
+    return calls
+
+
+def _broadcast_patterns(entry, impl, example):
+    """Every way the broadcasting inputs of a pointwise op can broadcast over 2 dims."""
+    inputs, attrs = example
+    free = [n for n in impl._broadcasting_inputs(entry.spec) if inputs.get(n) is not None]
+    if len(free) < 2:
+        return []
+    full = (3, 5)
+    shapes = {"full": full, "row": (1, 5), "col": (3, 1), "scalar": (1, 1)}
+    out = []
+    for combo in itertools.product(shapes, repeat=len(free)):
+        if all(c != "full" for c in combo) and not ("row" in combo and "col" in combo):
+            continue                         # every dim must be set by someone
+        new = {}
+        for name, value in inputs.items():
+            if value is None:
+                new[name] = None
+                continue
+            shape = shapes[combo[free.index(name)]] if name in free else full
+            flat = np.asarray(value).reshape(-1)
+            new[name] = np.resize(flat, shape)
+        out.append((new, attrs))
+    return out
+
+
+def _cast(value, dtype):
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_cast(v, dtype) for v in value]
+    value = np.asarray(value)
+    return value.astype(as_dtype(dtype).numpy) if value.dtype.kind == "f" else value
+
+
+def plans_for(op: str, dtype: str) -> list:
+    """The distinct kernel plans of ``op``'s variants in ``dtype`` (ValueError if unsupported)."""
+    entry = registry.get(op)
+    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    if dtype not in impl.dtypes:
+        raise ValueError(f"{op} does not support {dtype} (it supports {', '.join(impl.dtypes)})")
+    plans = {}
+    for inputs, attrs in variant_calls(op):
+        call = bind(entry.spec, {k: _cast(v, dtype) for k, v in inputs.items()}, attrs)
+        plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+        if plan.make is not None:
+            plans.setdefault(repr(plan.key), (call, plan))
+    return list(plans.values())
+
+
+# ------------------------------------------------------------------------------------------
+# Building
+
+def _target_spec(target: str, archs):
+    from .targets import resolve
+    if target == "cuda" or target.startswith("cuda"):
+        return resolve({"kind": "cuda", "arch": archs[0]})
+    return resolve(target)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def _entry_json(op, call, plan) -> dict:
+    return {
+        "op": op, "symbol": plan.symbol, "key": repr(plan.key), "pattern": plan.pattern,
+        "args": [{"kind": a.kind, "name": a.name, "index": a.index,
+                  "dtype": a.dtype} for a in plan.args],
+        "infer_meta": call.spec.infer_meta.func if call.spec.infer_meta else None,
+        "static_attrs": {k: v for k, v in call.attrs.items()
+                         if not any(a.kind == "scalar" and a.name == k for a in plan.args)},
+    }
+
+
+def _build_dtype(job) -> dict:
+    """One library: every op's plans for one dtype (runs in a worker process)."""
+    out_dir, target, archs, dtype, ops = job
+    from .build import compile_lowered, lower
+    from .cuda import compile_cubin, device_source
+    tgt = _target_spec(target, archs)
+    entries, skipped, funcs = [], [], {}
+    for op in ops:
+        try:
+            plans = plans_for(op, dtype)
+        except (ValueError, TypeError, NotImplementedError) as exc:
+            skipped.append({"op": op, "dtype": dtype, "reason": str(exc)})
+            continue
+        for call, plan in plans:
+            if plan.symbol in funcs:
+                continue
+            try:
+                funcs[plan.symbol] = lower(plan, tgt)["main"]
+            except Exception as exc:  # noqa: BLE001 - a variant that does not build is listed
+                skipped.append({"op": op, "dtype": dtype, "key": repr(plan.key),
+                                "reason": f"{type(exc).__name__}: {exc}"[:500]})
+                continue
+            entries.append(_entry_json(op, call, plan))
+    stem = f"{_slug(tgt.kind)}-{dtype}"
+    lib = {"dtype": dtype, "file": f"{stem}.so", "entries": sorted(entries, key=lambda e: e["symbol"]),
+           "skipped": skipped}
+    if funcs:
+        ex = compile_lowered(funcs, tgt)
+        ex.export_library(os.path.join(out_dir, lib["file"]))
+        if tgt.is_gpu:
+            source = device_source(ex)
+            lib["device_source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
+            lib["fatbin"] = f"{stem}.fatbin"
+            cubins = {arch: compile_cubin(source, arch) for arch in archs}
+            _write_fatbin(os.path.join(out_dir, lib["fatbin"]), source, archs)
+            lib["ptxas"] = {arch: {k.name: {"registers": k.registers, "spill_stores": k.spill_stores,
+                                            "spill_loads": k.spill_loads, "shared": k.shared}
+                                   for k in c.kernels.values()} for arch, c in cubins.items()}
+    else:
+        lib["file"] = None
+    return lib
+
+
+def _write_fatbin(path, source, archs):
+    """nvcc once for all arches: a fatbin with SASS for each and PTX of the newest."""
+    import subprocess
+
+    from .cuda import NVCC_FLAGS, nvcc_path
+    with tempfile.TemporaryDirectory(prefix="tvmgrad-fatbin-") as tmp:
+        src = os.path.join(tmp, "kernels.cu")
+        pathlib.Path(src).write_text(source)
+        gencode = []
+        for arch in archs:
+            num = arch[3:]
+            gencode += ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+        newest = max(archs, key=lambda a: int(re.sub(r"\D", "", a)))[3:]
+        gencode += ["-gencode", f"arch=compute_{newest},code=compute_{newest}"]
+        proc = subprocess.run([nvcc_path(), "--fatbin", *NVCC_FLAGS, *gencode, "-o", path, src],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError(f"nvcc fatbin failed:\n{proc.stderr[-3000:]}")
+
+
+def _inputs_digest(target, archs, dtypes, ops) -> str:
+    import tvm
+
+    from .build import source_digest
+    h = hashlib.sha256()
+    h.update(repr((FORMAT, __version__, tvm.__version__, target, tuple(archs), tuple(dtypes),
+                   tuple(ops))).encode())
+    kind = "cuda" if target.startswith("cuda") else "llvm"
+    for op in ops:
+        entry = registry.get(op)
+        h.update(source_digest(entry.impl, kind).encode())
+    return h.hexdigest()
+
+
+def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("sm_80", "sm_90"),
+          jobs: int = 0, progress: bool = True) -> dict:
+    """Build (or leave, if up to date) an AOT library directory; returns its manifest."""
+    import multiprocessing
+
+    out = pathlib.Path(out)
+    dtypes = tuple(dtypes)
+    for dt in dtypes:
+        if dt not in FLOATS:
+            raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(FLOATS)}")
+    is_cuda = target.startswith("cuda")
+    archs = tuple(archs) if is_cuda else ()
+    for arch in archs:
+        if not _ARCH.match(arch):
+            raise ValueError(f"unknown CUDA arch {arch!r}: use names like sm_80, sm_90")
+    available = [op.name for op in registry.ops().values() if op.available and not op.is_forward]
+    if ops is None:
+        ops = available
+    for op in ops:
+        entry = registry.get(op)            # unknown op -> ValueError with suggestions
+        if not entry.available:
+            raise ValueError(f"{op} is not implemented yet")
+    ops = tuple(sorted(ops))
+    _target_spec(target, archs or ("sm_80",))            # unknown target -> ValueError
+    digest = _inputs_digest(target, archs, dtypes, ops)
+    current = _read_manifest(out)
+    if current is not None and current.get("inputs_digest") == digest and _verify(out, current):
+        return current
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        jobs_list = [(str(tmp), target, archs, dt, ops) for dt in dtypes]
+        workers = min(len(jobs_list), jobs or len(os.sched_getaffinity(0)))
+        if workers > 1:
+            ctx = multiprocessing.get_context("spawn")
+            with ctx.Pool(workers) as pool:
+                libs = _progress(pool.imap(_build_dtype, jobs_list), len(jobs_list), progress)
+        else:
+            libs = _progress(map(_build_dtype, jobs_list), len(jobs_list), progress)
+        import tvm
+        manifest = {
+            "format": FORMAT, "tvmgrad": __version__, "tvm": tvm.__version__, "target": target,
+            "target_key": _target_spec(target, archs or ("sm_80",)).key, "archs": list(archs),
+            "dtypes": list(dtypes), "ops": list(ops), "inputs_digest": digest, "libraries": libs,
+        }
+        for lib in libs:
+            for name in ("file", "fatbin"):
+                if lib.get(name):
+                    lib[name + "_sha256"] = hashlib.sha256((tmp / lib[name]).read_bytes()).hexdigest()
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        _swap_in(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return manifest
+
+
+def _progress(iterable, total, show):
+    if not show:
+        return list(iterable)
+    from tqdm import tqdm
+    return list(tqdm(iterable, total=total, unit="library", desc="tvmgrad build"))
+
+
+def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
+    """Replace ``out`` by ``tmp`` so that readers see the old or the new library, never a mix."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}-old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _read_manifest(out: pathlib.Path):
+    try:
+        return json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _verify(out: pathlib.Path, manifest) -> bool:
+    for lib in manifest.get("libraries", []):
+        for name in ("file", "fatbin"):
+            if lib.get(name):
+                path = out / lib[name]
+                if not path.exists() or hashlib.sha256(path.read_bytes()).hexdigest() != lib[name + "_sha256"]:
+                    return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------
+# Loading (runtime only)
+
+@dataclass
+class _LibTarget:
+    """What a Launch needs of a target, without TVM's Target class (which needs the compiler)."""
+
+    kind: str
+    arch: str | None
+    key: str
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "cuda"
+
+
+class Library:
+    """A loaded AOT library directory: ``run``/``prepare`` like ``tvmgrad``'s, from prebuilt kernels."""
+
+    def __init__(self, path):
+        path = pathlib.Path(path)
+        if path.is_file():
+            path = path.parent
+        self.path = path
+        manifest = _read_manifest(path)
+        if manifest is None:
+            raise ValueError(f"{path} holds no tvmgrad library ({MANIFEST} missing or unreadable)")
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"{path}: library format {manifest.get('format')} is not {FORMAT}")
+        self.manifest = manifest
+        self.is_cuda = manifest["target"].startswith("cuda")
+        self.target = _LibTarget("cuda" if self.is_cuda else "llvm",
+                                 (manifest["archs"] or [None])[0], manifest["target_key"])
+        self._index = {}
+        for lib in manifest["libraries"]:
+            for e in lib["entries"]:
+                self._index[(e["op"], lib["dtype"], e["key"])] = (lib, e)
+        self._modules = {}
+
+    def ops(self) -> list[str]:
+        return sorted({op for op, _, _ in self._index})
+
+    def _module(self, lib):
+        module = self._modules.get(lib["file"])
+        if module is None:
+            if self.is_cuda:
+                from . import cuda
+                rt.load_runtime(cuda=True)
+                cuda.PREBUILT[lib["device_source_sha256"]] = str(self.path / lib["fatbin"])
+                cuda.install_load_time_compiler()
+            module = rt.load_module(str(self.path / lib["file"]))
+            self._modules[lib["file"]] = module
+        return module
+
+    def prepare(self, op: str, inputs: dict | None, attrs: dict | None = None, **options) -> Launch:
+        entry = registry.get(op)
+        call = bind(entry.spec, inputs, attrs, **options)
+        if not entry.available:
+            raise NotImplementedError(f"{op}: not implemented")
+        outs = registry.infer_outputs(entry, call)
+        plan = entry.impl.plan(call, outs)
+        function = None
+        if plan.make is not None:
+            dtype = _call_dtype(call)
+            found = self._index.get((op, dtype, repr(plan.key)))
+            if found is None:
+                raise ValueError(f"{op}: this library has no kernel for this call ({dtype}, variant "
+                                 f"{plan.key}); rebuild it with an example of the call, or use "
+                                 f"tvmgrad.run to compile on demand")
+            lib, e = found
+            function = self._module(lib)[e["symbol"]]
+        return Launch(entry, call, plan, outs, self.target, function)
+
+    def run(self, op: str, inputs: dict | None, attrs: dict | None = None, *, inplace: bool = False,
+            **options) -> dict:
+        return self.prepare(op, inputs, attrs, **options)(inplace=inplace)
+
+
+def _call_dtype(call) -> str:
+    """The float dtype a call's library is built for (the first float tensor input)."""
+    for value in call.tensors.values():
+        for v in (value if isinstance(value, list) else [value]):
+            if v is not None and as_dtype(v.dtype).kind in ("float", "complex"):
+                return as_dtype(v.dtype).name
+    raise ValueError(f"{call.op}: no float input to choose a library by")
+
+
+def load_library(path) -> Library:
+    """Open an AOT library directory (or any file in it) built by ``tvmgrad build``."""
+    return Library(path)

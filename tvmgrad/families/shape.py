@@ -1,0 +1,347 @@
+"""Families of shape and data-movement grads: index-mapping kernels and zero-copy reshapes.
+
+``@shape_op`` is ``@tensor_op`` (whole-tensor TE, see tensor.py) with what data movement needs so
+that one kernel serves every size *and* every value of the attributes that do not change the code:
+
+* ``canon(call, outs) -> {attr: value}``: the attribute values the kernel is built from (normalised
+  axes, a shape attribute reduced to the broadcast pattern it implies, ...). They replace the
+  call's values both in the kernel key and in what the builder receives; attributes the builder
+  must not see can be canonicalised to None.
+* ``runtime=("offsets", ...)``: int / int-list attributes passed as int64 runtime scalars (the
+  builder gets a ``tirx.Var`` or a list of them); their values come from ``canon`` when it gives
+  them (e.g. shifts reduced modulo the dim on the host).
+* ``unit_dims=("x", ...)``: size-1 dims of these inputs are the constant 1 in their placeholders
+  (part of the key), so that a builder can see which dims broadcast.
+* ``views(call, outs) -> {name: shape}``: the shapes the kernel sees instead of the arrays' own
+  (zero-copy reshapes, e.g. a roll over the flattened tensor is a 1-D kernel for every rank); a
+  Tensor[] input or output takes a list of shapes.
+* ``shape_only=("xshape", ...)``: inputs whose data is never read (besides the YAML
+  no_need_buffer ones): any dtype, never passed to the kernel.
+
+``@alias_op(source=...)``: every output is ``source``'s data reshaped (squeeze/unsqueeze/flatten/
+view grads): a Plan without a kernel (``aliases``); the runtime returns a view when the caller
+passes ``alias=True`` and a copy otherwise. When an output's dtype differs from the source's
+(view_dtype_grad) the builder is compiled like a ``shape_op`` instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Callable
+
+from ..dtypes import DType
+from .base import Arg, OpError, Plan
+from .pointwise import RUNTIME_ATTR_TYPES
+from .tensor import TensorOp
+
+__all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
+           "reduce_to", "coalesce", "is_one"]
+
+
+def _as_list(meta):
+    return meta if isinstance(meta, list) else [meta]
+
+
+class ShapeOp(TensorOp):
+    family_kind = "tensor"
+
+    def __init__(self, fn: Callable, *, canon=None, runtime=(), unit_dims=(), views=None,
+                 shape_only=(), **options):
+        super().__init__(fn, **options)
+        self.canon = canon
+        self.runtime_ints = tuple(runtime)
+        self.unit_dims = tuple(unit_dims)
+        self.views = views
+        self.shape_only = tuple(shape_only)
+
+    # -- planning ------------------------------------------------------------------------------
+    def _skip(self, spec) -> set:
+        return set(spec.no_need_buffer) | set(self.shape_only)
+
+    def _check_dtypes(self, call, present) -> DType:
+        spec, op = call.spec, call.op
+        data = [n for n in present if n not in self.shape_only]
+        floats = self._float_names(spec, data)
+        dt = self.check_dtype(call, floats)
+        for n in data:
+            if n in floats:
+                continue
+            for m in _as_list(call.meta(n)):
+                if m.dtype.name not in self.index_dtypes:
+                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
+                                    f"{', '.join(self.index_dtypes)}")
+        return dt
+
+    def float_runtime(self, spec) -> list[str]:
+        return [p.name for p in spec.attrs
+                if p.base_type in RUNTIME_ATTR_TYPES and p.name not in self.static
+                and p.name not in self.runtime_ints]
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        dt = self._check_dtypes(call, present)
+        if self.validate is not None:
+            self.validate(call, outs)
+        attrs = dict(call.attrs)
+        if self.canon is not None:
+            attrs.update(self.canon(call, outs))
+        views = self.views(call, outs) if self.views is not None else {}
+        skip = self._skip(spec)
+
+        def shapes_of(name, meta):
+            if name in views:
+                v = views[name]
+                return [tuple(s) for s in v] if isinstance(meta, list) else tuple(v)
+            return [m.shape for m in meta] if isinstance(meta, list) else meta.shape
+
+        metas = {n: call.meta(n) for n in present}
+        in_shapes = {n: shapes_of(n, metas[n]) for n in present}
+        out_shapes = {o.name: (None if m is None else shapes_of(o.name, m))
+                      for o, m in zip(spec.outputs, outs)}
+
+        def unit_mask(shape):
+            return tuple(d == 1 for d in shape)
+
+        layout = []
+        for n in present:
+            shp, m = in_shapes[n], metas[n]
+            units = n in self.unit_dims
+            if isinstance(m, list):
+                layout.append((n, tuple((len(s), x.dtype.name, unit_mask(s) if units else None)
+                                        for s, x in zip(shp, m))))
+            else:
+                layout.append((n, (len(shp), m.dtype.name, unit_mask(shp) if units else None)))
+        out_layout = []
+        for o, m in zip(spec.outputs, outs):
+            if m is None:
+                out_layout.append(None)
+            elif isinstance(m, list):
+                out_layout.append(tuple((len(s), x.dtype.name) for s, x in zip(out_shapes[o.name], m)))
+            else:
+                out_layout.append((len(out_shapes[o.name]), m.dtype.name))
+        f_runtime = self.float_runtime(spec)
+        i_runtime = [n for n in self.runtime_ints if n in attrs]
+        static = tuple((p.name, attrs[p.name]) for p in spec.attrs
+                       if p.name not in f_runtime and p.name not in i_runtime)
+        runtime_shape = tuple((n, len(attrs[n]) if isinstance(attrs[n], (list, tuple)) else None)
+                              for n in i_runtime)
+        key = ("shape", op, dt.name, tuple(layout), tuple(out_layout), static, runtime_shape,
+               tuple(sorted(f_runtime)))
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+
+        args = []
+        for n in present:
+            if n in skip:
+                continue
+            if isinstance(metas[n], list):
+                args += [Arg("input", n, index=i, shape=in_shapes[n][i]) for i in range(len(metas[n]))]
+            else:
+                args.append(Arg("input", n, shape=in_shapes[n]))
+        args += [Arg("scalar", n, dtype=dt.compute, value=float(attrs[n])) for n in f_runtime]
+        for n in i_runtime:
+            v = attrs[n]
+            if isinstance(v, (list, tuple)):
+                args += [Arg("scalar", f"{n}{i}", dtype="int64", value=int(x)) for i, x in enumerate(v)]
+            else:
+                args.append(Arg("scalar", n, dtype="int64", value=int(v)))
+        for o, m in zip(spec.outputs, outs):
+            if isinstance(m, list):
+                args += [Arg("output", o.name, index=i, shape=out_shapes[o.name][i])
+                         for i in range(len(m))]
+            elif m is not None:
+                args.append(Arg("output", o.name, shape=out_shapes[o.name]))
+        units = {n: [unit_mask(s) for s in _as_list(in_shapes[n])] for n in self.unit_dims
+                 if n in in_shapes}
+        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
+                    make=lambda: self._build(spec, dt, metas, in_shapes, units, outs, f_runtime,
+                                             i_runtime, attrs),
+                    args=tuple(args), pattern=self.pattern)
+
+    # -- TE -----------------------------------------------------------------------------------
+    def _build(self, spec, dt: DType, metas, in_shapes, units, outs, f_runtime, i_runtime, attrs):
+        from tvm import te
+
+        def holder(name, shape, meta, mask):
+            dims = [1 if (mask and mask[d]) else te.var(f"{name}_d{d}", "int64")
+                    for d in range(len(shape))]
+            return te.placeholder(dims, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n, m in metas.items():
+            if isinstance(m, list):
+                masks = units.get(n, [None] * len(m))
+                tensors[n] = [holder(f"{n}{i}", s, x, k)
+                              for i, (s, x, k) in enumerate(zip(in_shapes[n], m, masks))]
+            else:
+                tensors[n] = holder(n, in_shapes[n], m, units.get(n, [None])[0])
+        scalars = {n: te.var(n, dt.compute) for n in f_runtime}
+        ints = {}
+        flat_ints = []
+        for n in i_runtime:
+            v = attrs[n]
+            if isinstance(v, (list, tuple)):
+                ints[n] = [te.var(f"{n}{i}", "int64") for i in range(len(v))]
+                flat_ints += ints[n]
+            else:
+                ints[n] = te.var(n, "int64")
+                flat_ints.append(ints[n])
+        kwargs = {}
+        for p in spec.args:
+            if p.name in tensors:
+                kwargs[p.name] = tensors[p.name]
+            elif p.name in scalars:
+                kwargs[p.name] = scalars[p.name]
+            elif p.name in ints:
+                kwargs[p.name] = ints[p.name]
+            elif p.name in attrs:
+                kwargs[p.name] = attrs[p.name]
+            else:
+                kwargs[p.name] = None
+        result = self.fn(**kwargs)
+        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
+        if len(result) != len(spec.outputs):
+            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                               f"{spec.output_names}")
+        skip = self._skip(spec)
+        params = []
+        for n in metas:
+            if n not in skip:
+                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += [scalars[n] for n in f_runtime] + flat_ints
+        for o, m, r in zip(spec.outputs, outs, result):
+            if m is None:
+                continue
+            if r is None:
+                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+            params += list(r) if isinstance(m, list) else [r]
+        return self.prim_func(spec, params)
+
+
+class AliasOp(ShapeOp):
+    """Every output is the ``source`` input's data reshaped (see module docstring)."""
+
+    family_kind = "tensor"
+
+    def __init__(self, fn: Callable, *, source: str, **options):
+        super().__init__(fn, **options)
+        self.source = source
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        dt = self._check_dtypes(call, present)
+        if self.validate is not None:
+            self.validate(call, outs)
+        src = call.meta(self.source)
+        produced = [(o, m) for o, m in zip(spec.outputs, outs) if m is not None]
+        if any(m.dtype != src.dtype for _, m in produced):
+            return super().plan(call, outs)
+        for o, m in produced:
+            if math.prod(m.shape) != math.prod(src.shape):
+                raise OpError(f"{op}: {self.source!r} of shape {list(src.shape)} cannot be viewed "
+                              f"as {o.name!r} of shape {list(m.shape)}")
+        key = ("alias", op, dt.name)
+        return Plan(key=key, symbol=f"{op}_{dt.name}_alias", make=None, args=(),
+                    aliases={o.name: (self.source, tuple(m.shape)) for o, m in produced})
+
+
+# ------------------------------------------------------------------------------------------
+# helpers for builders (here so that the kernels of every module using them rebuild when they
+# change: this file is part of each shape_op kernel's cache key)
+
+def dt_of(t) -> DType:
+    """The DType of a placeholder/compute's storage dtype."""
+    from ..dtypes import dtype
+    return dtype(str(t.dtype))
+
+
+def load(t, *idx):
+    """``t[idx]`` in the compute dtype (float32 for half types; bfloat16 widened exactly)."""
+    from ..dtypes import to_compute
+    return to_compute(t(*idx), dt_of(t))
+
+
+def zero(t):
+    """0 in ``t``'s storage dtype (selects between a stored element and 0 need no arithmetic)."""
+    from tvm import tirx
+    return tirx.const(0, str(t.dtype))
+
+
+def total(values):
+    """Sum of int64 exprs/ints (0 for none)."""
+    from tvm import tirx
+    acc = tirx.const(0, "int64")
+    for v in values:
+        acc = acc + v
+    return acc
+
+
+def is_one(dim) -> bool:
+    """Is a placeholder dim the constant 1 (a ``unit_dims`` dim)?"""
+    from tvm import tirx
+    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 1
+
+
+def reduce_to(g, keep, name, out_dtype=None):
+    """``out[i] = Σ g[...]`` over the dims of ``g`` not in ``keep`` (a bool per dim of g; those
+    dims have size 1 in ``out``), accumulated in the compute dtype and stored in ``out_dtype``
+    (g's by default). Without a dim to reduce it is a plain copy."""
+    from tvm import te
+    dt = dt_of(g)
+    storage = out_dtype or dt.storage
+    shape = [g.shape[d] if keep[d] else 1 for d in range(len(keep))]
+    red = [d for d in range(len(keep)) if not keep[d]]
+    if not red:
+        if storage == dt.storage:
+            return te.compute(shape, lambda *i: g(*i), name=name)
+        return te.compute(shape, lambda *i: load(g, *i).astype(storage), name=name)
+    axes = {d: te.reduce_axis((0, g.shape[d]), name=f"r{d}") for d in red}
+
+    def body(*i):
+        point = [i[d] if keep[d] else axes[d] for d in range(len(keep))]
+        return te.sum(load(g, *point), axis=list(axes.values()))
+
+    if dt.compute == storage:
+        return te.compute(shape, body, name=name)
+    acc = te.compute(shape, body, name=f"{name}_acc")
+    return te.compute(shape, lambda *i: acc(*i).astype(storage), name=name)
+
+
+def coalesce(small, big):
+    """Group adjacent dims of ``big`` that ``small`` (right-aligned, numpy broadcasting) either
+    keeps or broadcasts alike, dropping size-1 dims of ``big``. -> (small view, big view, keep
+    flags): ``small``/``big`` seen with these shapes have the same elements in C order."""
+    rank = len(big)
+    s = (1,) * (rank - len(small)) + tuple(small)
+    groups_b, groups_s, keep = [], [], []
+    for d in range(rank):
+        if big[d] == 1:
+            continue
+        k = s[d] == big[d]
+        if keep and keep[-1] == k:
+            groups_b[-1] *= big[d]
+            groups_s[-1] *= s[d]
+        else:
+            groups_b.append(big[d])
+            groups_s.append(s[d])
+            keep.append(k)
+    if not keep:
+        return (1,), (1,), (True,)
+    return tuple(groups_s), tuple(groups_b), tuple(keep)
+
+
+def shape_op(fn=None, **options):
+    """Decorator: a whole-tensor TE builder with canonical attributes (see module docstring)."""
+    if fn is None:
+        return lambda f: ShapeOp(f, **options)
+    return ShapeOp(fn, **options)
+
+
+def alias_op(fn=None, **options):
+    """Decorator: outputs that are a reshape of ``source`` (see module docstring)."""
+    if fn is None:
+        return lambda f: AliasOp(f, **options)
+    return AliasOp(fn, **options)
+
