@@ -1,0 +1,148 @@
+"""Ahead-of-time libraries: build once, reload without the TVM compiler, reproducible, atomic."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tvmgrad
+from tvmgrad import aot
+from tvmgrad.cuda import nvcc_path
+
+OPS = ["relu_grad", "atan2_grad", "gelu_grad", "prelu_grad", "sign_grad", "lerp_grad"]
+
+
+@pytest.fixture(scope="module")
+def llvm_lib(tmp_path_factory):
+    out = tmp_path_factory.mktemp("aot") / "lib"
+    manifest = aot.build(out, target="llvm", dtypes=("float32", "bfloat16"), ops=OPS, jobs=1,
+                         progress=False)
+    return out, manifest
+
+
+def test_manifest_lists_every_entry_point(llvm_lib):
+    out, manifest = llvm_lib
+    assert sorted(manifest["ops"]) == sorted(OPS)
+    assert [lib["dtype"] for lib in manifest["libraries"]] == ["float32", "bfloat16"]
+    for lib in manifest["libraries"]:
+        assert (out / lib["file"]).exists() and not lib["skipped"]
+        ops = {e["op"] for e in lib["entries"]}
+        assert ops == set(OPS)
+        # every broadcast pattern of the broadcasting ops, both gelu variants
+        atan2 = [e for e in lib["entries"] if e["op"] == "atan2_grad"]
+        assert len(atan2) >= 8
+        assert {e["static_attrs"]["approximate"] for e in lib["entries"] if e["op"] == "gelu_grad"} == {False, True}
+        for e in lib["entries"]:
+            assert e["args"] and {a["kind"] for a in e["args"]} <= {"input", "output", "scalar"}
+    assert manifest["tvm"] and manifest["target"] == "llvm"
+
+
+def test_building_twice_is_a_no_op(llvm_lib):
+    out, manifest = llvm_lib
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    again = aot.build(out, target="llvm", dtypes=("float32", "bfloat16"), ops=OPS, jobs=1, progress=False)
+    assert again == manifest
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+
+
+def test_same_inputs_give_the_same_manifest(llvm_lib, tmp_path):
+    _, manifest = llvm_lib
+    other = aot.build(tmp_path / "lib2", target="llvm", dtypes=("float32", "bfloat16"), ops=OPS,
+                      jobs=1, progress=False)
+    strip = lambda m: [[{k: v for k, v in e.items()} for e in lib["entries"]] for lib in m["libraries"]]  # noqa: E731
+    assert strip(other) == strip(manifest)
+    assert other["inputs_digest"] == manifest["inputs_digest"]
+
+
+LOADER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tvmgrad
+    lib = tvmgrad.load_library(sys.argv[1])
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6)).astype("float32"); y = rng.standard_normal(6).astype("float32")
+    g = rng.standard_normal((4, 6)).astype("float32")
+    out = {}
+    r = lib.run("atan2_grad", {"x": x, "y": y, "out_grad": g})
+    out["atan2"] = [r["x_grad"].tolist(), r["y_grad"].tolist()]
+    r = lib.run("gelu_grad", {"x": x, "out_grad": g}, {"approximate": True})
+    out["gelu"] = r["x_grad"].tolist()
+    out["modules"] = sorted(m for m in sys.modules if m == "tvm" or m.startswith("tvm."))
+    print(json.dumps(out))
+""")
+
+
+def test_fresh_process_loads_and_runs_without_the_tvm_compiler(llvm_lib, tmp_path):
+    out, _ = llvm_lib
+    script = tmp_path / "load.py"
+    script.write_text(LOADER)
+    env = dict(os.environ, TVMGRAD_CACHE_DIR=str(tmp_path / "empty-cache"))
+    proc = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["modules"] == [], f"the loader imported {len(got['modules'])} TVM modules, e.g. {got['modules'][:3]}"
+    assert not (tmp_path / "empty-cache").exists(), "the loader compiled something"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 6)).astype("float32"); y = rng.standard_normal(6).astype("float32")
+    g = rng.standard_normal((4, 6)).astype("float32")
+    want = tvmgrad.run("atan2_grad", {"x": x, "y": y, "out_grad": g})
+    np.testing.assert_allclose(got["atan2"][0], want["x_grad"], rtol=1e-6)
+    np.testing.assert_allclose(got["atan2"][1], want["y_grad"], rtol=1e-5)
+    want = tvmgrad.run("gelu_grad", {"x": x, "out_grad": g}, {"approximate": True})
+    np.testing.assert_allclose(got["gelu"], want["x_grad"], rtol=1e-6)
+
+
+def test_loader_rejects_calls_it_has_no_kernel_for(llvm_lib):
+    out, _ = llvm_lib
+    lib = tvmgrad.load_library(out)
+    x = np.ones((2, 3), "float64")
+    with pytest.raises(ValueError, match="atan2_grad: this library has no kernel for this call"):
+        lib.run("atan2_grad", {"x": x, "y": x, "out_grad": x})
+    with pytest.raises(ValueError, match="unknown op"):
+        lib.run("nope_grad", {})
+
+
+def test_bad_build_requests(tmp_path):
+    with pytest.raises(ValueError, match="unknown dtype"):
+        aot.build(tmp_path / "a", dtypes=("float8",), ops=["relu_grad"], progress=False)
+    with pytest.raises(ValueError, match="unknown CUDA arch"):
+        aot.build(tmp_path / "a", target="cuda", archs=("volta",), ops=["relu_grad"], progress=False)
+    with pytest.raises(ValueError, match="unknown op"):
+        aot.build(tmp_path / "a", ops=["relu_gard"], progress=False)
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_failed_build_leaves_the_previous_library(llvm_lib, tmp_path, monkeypatch):
+    out = tmp_path / "lib"
+    aot.build(out, dtypes=("float32",), ops=["relu_grad"], jobs=1, progress=False)
+    before = json.loads((out / aot.MANIFEST).read_text())
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated compiler crash")
+    monkeypatch.setattr("tvmgrad.build.compile_lowered", broken)
+    with pytest.raises(RuntimeError, match="simulated"):
+        aot.build(out, dtypes=("float32",), ops=["relu_grad", "gelu_grad"], jobs=1, progress=False)
+    assert json.loads((out / aot.MANIFEST).read_text()) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["lib"]          # no temp dirs left behind
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
+def test_cuda_library_has_precompiled_device_code(tmp_path):
+    manifest = aot.build(tmp_path / "cuda", target="cuda", archs=("sm_80", "sm_90"),
+                         dtypes=("float16",), ops=["relu_grad", "atan2_grad"], jobs=1, progress=False)
+    (lib,) = manifest["libraries"]
+    fatbin = (tmp_path / "cuda" / lib["fatbin"]).read_bytes()
+    assert fatbin[:4] == b"\x50\xed\x55\xba"                       # fatbin magic
+    assert manifest["archs"] == ["sm_80", "sm_90"] and lib["device_source_sha256"]
+    for arch in ("sm_80", "sm_90"):
+        stats = lib["ptxas"][arch]
+        for e in lib["entries"]:
+            kernels = [k for k in stats if k.startswith(e["symbol"] + "_kernel")]
+            assert kernels, (arch, e["symbol"])
+            assert all(stats[k]["spill_stores"] == 0 == stats[k]["spill_loads"] for k in kernels)
