@@ -40,13 +40,16 @@ class Launch:
         copy_back = {}
         if inplace:
             for src, dst in spec.inplace:
-                if dst in given:
+                meta = self.outputs[spec.output_names.index(dst)]
+                if dst in given or meta is None:
                     continue
+                buffer = _inplace_view(spec.name, dst, self.call.tensors[src], meta)
+                if buffer is None:
+                    continue               # sizes differ (e.g. identity_loss_grad with a reduction)
                 if self.plan.inplace_safe:
-                    given[dst] = self.call.tensors[src]
+                    given[dst] = buffer
                 else:                      # the kernel may read src after writing dst
-                    copy_back[dst] = _check_out(spec.name, dst, self.call.tensors[src],
-                                                self.outputs[spec.output_names.index(dst)])
+                    copy_back[dst] = buffer
         results = {}
         for o, meta in zip(spec.outputs, self.outputs):
             if meta is None:
@@ -126,6 +129,17 @@ def to_tvm(array, shape, dt: DType):
     return tensor
 
 
+def _inplace_view(op: str, name: str, array, meta: TensorMeta):
+    """The input buffer an in-place output is written into, viewed with the output's shape (for
+    grads that reshape, e.g. flatten_grad); None when the sizes differ and it cannot hold it."""
+    size = int(np.prod(meta.shape, dtype=np.int64))
+    if isinstance(array, np.ndarray) and array.size != size:
+        return None
+    if isinstance(array, np.ndarray) and array.flags.c_contiguous and tuple(array.shape) != meta.shape:
+        array = array.reshape(meta.shape)
+    return _check_out(op, name, array, meta)
+
+
 def _check_out(op: str, name: str, array, meta: TensorMeta):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"{op}: output {name!r} must be a numpy array")
@@ -165,7 +179,8 @@ def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm
     """Run backward op ``op``: inputs and attrs keyed by the YAML names, outputs likewise.
 
     ``inplace=True`` honours the YAML ``inplace`` pairs: the output is written into the
-    input's array, which must be a writable contiguous array of the output's shape and dtype.
+    input's array, which must be a writable contiguous array of the output's dtype and size (it is
+    viewed with the output's shape); a pair whose sizes differ is computed out of place.
     ``deterministic`` and ``alias`` are passed to ``prepare``.
     """
     return prepare(op, inputs, attrs, target=target, **options)(inplace=inplace)

@@ -20,7 +20,7 @@ import numbers
 from typing import Callable
 
 from ..dtypes import FLOATS, DType, to_compute
-from ..infer_meta import MetaError, broadcast_shapes
+from ..infer_meta import MetaError, broadcast_shapes, is_one, same_dim, same_shape
 from .base import Arg, OpError, OpImpl, Plan
 
 __all__ = ["pointwise", "Pointwise", "RUNTIME_ATTR_TYPES"]
@@ -68,7 +68,7 @@ class Pointwise(OpImpl):
             raise OpError(f"{op}: {exc}") from None
         free = self._broadcasting_inputs(spec)
         for n in present:
-            if n not in free and tuple(shapes[n]) != domain:
+            if n not in free and not same_shape(tuple(shapes[n]), domain):
                 raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
                               f"{list(domain)} (the shape of the other inputs)")
         operands = present + out_names
@@ -192,14 +192,15 @@ def _coalesce(domain, shapes, names, op):
     groups: list[int] = []
     masks: list[tuple[bool, ...]] = []
     for d in range(rank):
-        if domain[d] == 1:
+        if is_one(domain[d]):
             continue
         mask = []
         for name, s in zip(names, aligned):
-            if s[d] not in (1, domain[d]):
+            if not (is_one(s[d]) or same_dim(s[d], domain[d]) or not isinstance(s[d], int)
+                    or not isinstance(domain[d], int)):
                 raise OpError(f"{op}: {name!r} has shape {list(s)}, which does not broadcast to "
                               f"{list(domain)}")
-            mask.append(s[d] == 1)
+            mask.append(is_one(s[d]))
         mask = tuple(mask)
         if masks and masks[-1] == mask:
             groups[-1] *= domain[d]

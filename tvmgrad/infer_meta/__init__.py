@@ -15,22 +15,52 @@ from typing import Callable
 
 from ..dtypes import DType, dtype as as_dtype
 
-__all__ = ["TensorMeta", "MetaError", "register", "get", "names", "broadcast_shapes"]
+__all__ = ["TensorMeta", "MetaError", "register", "get", "names", "broadcast_shapes", "is_one",
+           "same_dim", "same_shape"]
 
 
 class MetaError(ValueError):
     """Inputs that no kernel can accept, found before anything is built."""
 
 
+def _dim(d):
+    """A dim as a Python int, or the symbolic expression (e.g. a Relax shape var) it is."""
+    if isinstance(d, int):
+        return d
+    if hasattr(d, "__index__"):
+        return int(d)
+    value = getattr(d, "value", None)                 # tirx.IntImm
+    return int(value) if isinstance(value, int) else d
+
+
+def is_one(d) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def same_dim(a, b) -> bool:
+    """Equal dims; a symbolic dim equals only itself (structurally)."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    import tvm_ffi
+    return bool(tvm_ffi.structural_equal(a, b))
+
+
+def same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b))
+
+
 @dataclass(frozen=True)
 class TensorMeta:
-    """What shape inference knows of a tensor: its shape and dtype, not its data."""
+    """What shape inference knows of a tensor: its shape and dtype, not its data.
 
-    shape: tuple[int, ...]
+    Dims are Python ints, or symbolic expressions when planning for a graph with dynamic shapes
+    (tvmgrad.relax); shape code that must work for both uses ``is_one``/``same_dim``."""
+
+    shape: tuple
     dtype: DType
 
     def __init__(self, shape, dtype):
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        object.__setattr__(self, "shape", tuple(_dim(d) for d in shape))
         object.__setattr__(self, "dtype", as_dtype(dtype))
 
     @property
@@ -76,14 +106,18 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def broadcast_shapes(*shapes: tuple[int, ...], names: tuple[str, ...] | None = None) -> tuple[int, ...]:
-    """numpy/Paddle broadcasting (right-aligned); MetaError naming the arguments on mismatch."""
+def broadcast_shapes(*shapes: tuple, names: tuple[str, ...] | None = None) -> tuple:
+    """numpy/Paddle broadcasting (right-aligned); MetaError naming the arguments on mismatch.
+
+    Symbolic dims are taken to be equal to each other and to the static dim they meet (they
+    cannot be checked before the graph runs)."""
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(-rank, 0):
-        dims = {s[axis] for s in shapes if len(s) >= -axis} - {1}
-        if len(dims) > 1:
+        dims = [s[axis] for s in shapes if len(s) >= -axis and not is_one(s[axis])]
+        static = {d for d in dims if isinstance(d, int)}
+        if len(static) > 1:
             who = ", ".join(f"{n}{list(s)}" for n, s in zip(names or [f"#{i}" for i in range(len(shapes))], shapes))
             raise MetaError(f"shapes do not broadcast: {who}")
-        out.append(dims.pop() if dims else 1)
+        out.append(static.pop() if static else (dims[0] if dims else 1))
     return tuple(out)
