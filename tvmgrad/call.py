@@ -148,8 +148,12 @@ OPTIONS = {
 }
 
 
-def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None, **options) -> BoundCall:
-    """Check names, presence and types; fill in attribute defaults."""
+def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None, *, metas_only: bool = False,
+         **options) -> BoundCall:
+    """Check names, presence and types; fill in attribute defaults.
+
+    ``metas_only``: every tensor is a TensorMeta (planning a graph, e.g. tvmgrad.relax, where
+    shapes may be symbolic and there is no data)."""
     op = spec.name
     if not isinstance(inputs or {}, dict) or not isinstance(attrs or {}, dict):
         raise TypeError(f"{op}: inputs and attrs must be dicts keyed by the YAML names")
@@ -175,7 +179,7 @@ def bind(spec: OpSpec, inputs: dict | None, attrs: dict | None, **options) -> Bo
                 raise ValueError(f"{op}: missing input {name!r}")
             tensors[name] = None
             continue
-        allow_meta = name in spec.no_need_buffer
+        allow_meta = metas_only or name in spec.no_need_buffer
         if param.is_tensor_list:
             if not isinstance(value, (list, tuple)):
                 raise TypeError(f"{op}: input {name!r} is a Tensor[]: pass a list of arrays")
