@@ -95,25 +95,32 @@ class Pointwise(OpImpl):
     def _make(self, spec, dt: DType, present, out_names, masks, runtime, attrs):
         from tvm import te, tirx
 
+        from .complex import Complex, lift
+
         k = len(masks)
         dims = [te.var(f"n{j}", "int64") for j in range(k)]
         n_in = len(present)
+        cplx = dt.lanes == 2            # complex: a trailing (re, im) dim in every buffer
+        pair = [2] if cplx else []
 
         def shape_of(i):
             return [1 if masks[j][i] else dims[j] for j in range(k)]
 
-        holders = {n: te.placeholder(shape_of(i), dt.storage, name=n) for i, n in enumerate(present)}
+        holders = {n: te.placeholder(shape_of(i) + pair, dt.storage, name=n) for i, n in enumerate(present)}
         scalars = {n: te.var(n, dt.compute) for n in runtime}
         n_outputs = len(spec.outputs)
         formula_args = [p.name for p in spec.args]
 
-        def formula(idx):
-            """Fresh let-bound loads, the op's scalar formula, and the lets to wrap each output."""
-            loads = {n: tirx.Var(f"{n}_v", dt.compute) for n in present}
+        def formula(idx, part=None):
+            """Fresh let-bound loads, the op's scalar formula, and the lets to wrap each output.
+
+            ``part`` picks the real (0) or imaginary (1) part of complex results."""
+            loads = {n: ([tirx.Var(f"{n}_re", dt.compute), tirx.Var(f"{n}_im", dt.compute)] if cplx
+                         else [tirx.Var(f"{n}_v", dt.compute)]) for n in present}
             kwargs = {}
             for name in formula_args:
                 if name in loads:
-                    kwargs[name] = loads[name]
+                    kwargs[name] = Complex(*loads[name]) if cplx else loads[name][0]
                 elif name in scalars:
                     kwargs[name] = scalars[name]
                 elif name in attrs:
@@ -127,18 +134,31 @@ class Pointwise(OpImpl):
                                    f"{n_outputs} outputs {spec.output_names}")
 
             def bind(expr):
+                if cplx:
+                    zero = tirx.const(0, dt.compute)
+                    expr = lift(expr if expr is not None else 0.0, Complex(zero, zero))
+                    expr = expr.re if part == 0 else expr.im
                 if isinstance(expr, numbers.Number) or expr is None:
                     return tirx.const(expr or 0, dt.compute)
                 if str(expr.ty) != dt.compute:
                     expr = expr.astype(dt.compute)
                 used = _free_vars(expr)
                 for i, n in reversed(list(enumerate(present))):
-                    if any(v.same_as(loads[n]) for v in used):
-                        point = [0 if masks[j][i] else idx[j] for j in range(k)]
-                        expr = tirx.Let(loads[n], to_compute(holders[n](*point), dt), expr)
+                    point = [0 if masks[j][i] else idx[j] for j in range(k)]
+                    for c, var in reversed(list(enumerate(loads[n]))):
+                        if any(v.same_as(var) for v in used):
+                            value = holders[n](*point, c) if cplx else holders[n](*point)
+                            expr = tirx.Let(var, to_compute(value, dt), expr)
                 return expr
 
             return {o.name: bind(r) for o, r in zip(spec.outputs, result)}
+
+        def element(idx, name):
+            """An output element: for complex, select the part by the trailing index."""
+            if not cplx:
+                return formula(idx)[name]
+            *point, c = idx
+            return tirx.Select(c == 0, formula(point, 0)[name], formula(point, 1)[name])
 
         out_index = {n: n_in + i for i, n in enumerate(out_names)}
         full = [n for n in out_names if not any(masks[j][out_index[n]] for j in range(k))]
@@ -146,24 +166,23 @@ class Pointwise(OpImpl):
         inplace_targets = {dst for _, dst in spec.inplace}
         full.sort(key=lambda n: n in inplace_targets)       # aliased outputs are written last
 
-        tensors = {}
         def reduction(n, i):
             raxes = [te.reduce_axis((0, dims[j]), name=f"r{j}") for j in range(k) if masks[j][i]]
 
             def body(*idx):
                 it = iter(raxes)
-                point = [next(it) if masks[j][i] else idx[j] for j in range(k)]
-                return te.sum(formula(point)[n], axis=raxes)
+                point = [next(it) if masks[j][i] else idx[j] for j in range(k)] + list(idx[k:])
+                return te.sum(element(point, n), axis=raxes)
 
             if dt.storage == dt.compute:
-                return te.compute(shape_of(i), body, name=n)
-            acc = te.compute(shape_of(i), body, name=f"{n}_acc")
-            return te.compute(shape_of(i), lambda *idx: acc(*idx).astype(dt.storage), name=n)
+                return te.compute(shape_of(i) + pair, body, name=n)
+            acc = te.compute(shape_of(i) + pair, body, name=f"{n}_acc")
+            return te.compute(shape_of(i) + pair, lambda *idx: acc(*idx).astype(dt.storage), name=n)
 
         tensors = {n: reduction(n, out_index[n]) for n in reduced}   # reductions read inputs first
         if full:
             res = te.compute(
-                dims, lambda *idx: [formula(idx)[n].astype(dt.storage) for n in full],
+                dims + pair, lambda *idx: [element(idx, n).astype(dt.storage) for n in full],
                 name=spec.name)
             res = res if isinstance(res, (list, tuple)) else [res]
             tensors.update(zip(full, res))

@@ -6,7 +6,9 @@ the rest as Python values; it returns one ``te.Tensor`` per output in YAML order
 ``Tensor[]`` output, None for an output that is not produced). One kernel serves every size of a
 given rank, dtype and set of code-changing attributes.
 
-Builders load with ``tvmgrad.dtypes.to_compute`` and store in the output dtype themselves.
+Builders load with ``tvmgrad.dtypes.to_compute`` and store in the output dtype themselves. A complex
+tensor (complex64/128, stored as float32/64 pairs) arrives with a trailing dim of 2 (re, im); its
+outputs must have one too.
 
 Options: ``dtypes`` (of the float inputs), ``float_inputs`` (which inputs carry that dtype; the
 rest are index tensors of ``index_dtypes``), ``static`` (float attributes to bake in), ``validate``
