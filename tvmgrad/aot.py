@@ -127,9 +127,11 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
-def _entry_json(op, call, plan) -> dict:
+def _entry_json(op, call, plan, tuned_shapes=None) -> dict:
+    base_key = plan.key[:-3] if tuned_shapes is not None else plan.key
     return {
-        "op": op, "symbol": plan.symbol, "key": repr(plan.key), "pattern": plan.pattern,
+        "op": op, "symbol": plan.symbol, "key": repr(base_key), "pattern": plan.pattern,
+        "schedule": "tuned" if tuned_shapes is not None else "rules", "tuned_shapes": tuned_shapes,
         "args": [{"kind": a.kind, "name": a.name, "index": a.index,
                   "dtype": a.dtype} for a in plan.args],
         "infer_meta": call.spec.infer_meta.func if call.spec.infer_meta else None,
@@ -138,20 +140,41 @@ def _entry_json(op, call, plan) -> dict:
     }
 
 
+def _tuned_plans(db_root, target_key, op, dtype) -> list:
+    """Size-specialised kernels of ``op`` that a tuning database holds for this target/dtype."""
+    from .tune import Database, call_shapes, record_call, tuned_plan
+    if db_root is None:
+        return []
+    db = Database(db_root)
+    entry = registry.get(op)
+    plans = []
+    for record in db.records(target_key, dtype):
+        if record.op != op or record.inputs is None:
+            continue
+        inputs, attrs = record_call(record)
+        call = bind(entry.spec, inputs, attrs)
+        outs = registry.infer_outputs(entry, call)
+        plan = tuned_plan(entry.impl.plan(call, outs), call, outs, _LibTarget("", None, target_key), db)
+        if plan.trace is not None:
+            plans.append((call, plan, call_shapes(plan, call, outs)))
+    return plans
+
+
 def _build_dtype(job) -> dict:
     """One library: every op's plans for one dtype (runs in a worker process)."""
-    out_dir, target, archs, dtype, ops = job
+    out_dir, target, archs, dtype, ops, db_root = job
     from .build import compile_lowered, lower
     from .cuda import compile_cubin, device_source
     tgt = _target_spec(target, archs)
     entries, skipped, funcs = [], [], {}
     for op in ops:
         try:
-            plans = plans_for(op, dtype)
+            plans = [(c, p, None) for c, p in plans_for(op, dtype)]
+            plans += _tuned_plans(db_root, tgt.key, op, dtype)
         except (ValueError, TypeError, NotImplementedError) as exc:
             skipped.append({"op": op, "dtype": dtype, "reason": str(exc)})
             continue
-        for call, plan in plans:
+        for call, plan, tuned_shapes in plans:
             if plan.symbol in funcs:
                 continue
             try:
@@ -160,7 +183,7 @@ def _build_dtype(job) -> dict:
                 skipped.append({"op": op, "dtype": dtype, "key": repr(plan.key),
                                 "reason": f"{type(exc).__name__}: {exc}"[:500]})
                 continue
-            entries.append(_entry_json(op, call, plan))
+            entries.append(_entry_json(op, call, plan, tuned_shapes))
     stem = f"{_slug(tgt.kind)}-{dtype}"
     lib = {"dtype": dtype, "file": f"{stem}.so", "entries": sorted(entries, key=lambda e: e["symbol"]),
            "skipped": skipped}
@@ -201,13 +224,16 @@ def _write_fatbin(path, source, archs):
             raise RuntimeError(f"nvcc fatbin failed:\n{proc.stderr[-3000:]}")
 
 
-def _inputs_digest(target, archs, dtypes, ops) -> str:
+def _inputs_digest(target, archs, dtypes, ops, tuning_db=None) -> str:
     import tvm
 
     from .build import source_digest
     h = hashlib.sha256()
     h.update(repr((FORMAT, __version__, tvm.__version__, target, tuple(archs), tuple(dtypes),
                    tuple(ops))).encode())
+    if tuning_db is not None:
+        for path in sorted(pathlib.Path(tuning_db).rglob("*.json")):
+            h.update(path.read_bytes())
     kind = "cuda" if target.startswith("cuda") else "llvm"
     for op in ops:
         entry = registry.get(op)
@@ -216,7 +242,7 @@ def _inputs_digest(target, archs, dtypes, ops) -> str:
 
 
 def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("sm_80", "sm_90"),
-          jobs: int = 0, progress: bool = True) -> dict:
+          jobs: int = 0, progress: bool = True, tuning_db=None) -> dict:
     """Build (or leave, if up to date) an AOT library directory; returns its manifest."""
     import multiprocessing
 
@@ -239,7 +265,11 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
             raise ValueError(f"{op} is not implemented yet")
     ops = tuple(sorted(ops))
     _target_spec(target, archs or ("sm_80",))            # unknown target -> ValueError
-    digest = _inputs_digest(target, archs, dtypes, ops)
+    if tuning_db is None:
+        from .tune import active_database
+        db = active_database()
+        tuning_db = str(db.root) if db is not None else None
+    digest = _inputs_digest(target, archs, dtypes, ops, tuning_db)
     current = _read_manifest(out)
     if current is not None and current.get("inputs_digest") == digest and _verify(out, current):
         return current
@@ -247,7 +277,7 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        jobs_list = [(str(tmp), target, archs, dt, ops) for dt in dtypes]
+        jobs_list = [(str(tmp), target, archs, dt, ops, tuning_db) for dt in dtypes]
         workers = min(len(jobs_list), jobs or len(os.sched_getaffinity(0)))
         if workers > 1:
             ctx = multiprocessing.get_context("spawn")
@@ -260,6 +290,7 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
             "format": FORMAT, "tvmgrad": __version__, "tvm": tvm.__version__, "target": target,
             "target_key": _target_spec(target, archs or ("sm_80",)).key, "archs": list(archs),
             "dtypes": list(dtypes), "ops": list(ops), "inputs_digest": digest, "libraries": libs,
+            "tuning_db": tuning_db,
         }
         for lib in libs:
             for name in ("file", "fatbin"):
@@ -344,7 +375,8 @@ class Library:
         self._index = {}
         for lib in manifest["libraries"]:
             for e in lib["entries"]:
-                self._index[(e["op"], lib["dtype"], e["key"])] = (lib, e)
+                tuned = json.dumps(e["tuned_shapes"]) if e.get("tuned_shapes") is not None else None
+                self._index[(e["op"], lib["dtype"], e["key"], tuned)] = (lib, e)
         self._modules = {}
 
     def ops(self) -> list[str]:
@@ -371,8 +403,10 @@ class Library:
         plan = entry.impl.plan(call, outs)
         function = None
         if plan.make is not None:
+            from .tune import call_shapes
             dtype = _call_dtype(call)
-            found = self._index.get((op, dtype, repr(plan.key)))
+            found = self._index.get((op, dtype, repr(plan.key), json.dumps(call_shapes(plan, call, outs))))
+            found = found or self._index.get((op, dtype, repr(plan.key), None))
             if found is None:
                 raise ValueError(f"{op}: this library has no kernel for this call ({dtype}, variant "
                                  f"{plan.key}); rebuild it with an example of the call, or use "

@@ -14,8 +14,14 @@ __all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered", "source_
 
 
 def lower(plan: Plan, target: Resolved):
-    """The scheduled IRModule of a plan for a target."""
+    """The scheduled IRModule of a plan for a target (a tuned trace, else the schedule rules)."""
     from . import schedules
+    if plan.trace is not None:
+        from .tune import apply_trace
+        # the exact function meta_schedule measured (loads inlined: TVM's vectoriser mishandles
+        # let-bound scalars under an explicit vectorize)
+        func = plan.make_static(inline=True).with_attr("global_symbol", plan.symbol)
+        return apply_trace(func, plan.trace)
     func = plan.make().with_attr("global_symbol", plan.symbol)
     return schedules.apply(func, target.target, plan.pattern)
 

@@ -58,6 +58,15 @@ def _cmd_info(args) -> int:
         print(f"  composite   : {spec.composite.name}({', '.join(spec.composite.args)})")
     if spec.backward:
         print(f"  backward    : {spec.backward}")
+    from .tune import active_database
+    db = active_database()
+    if db is not None and op.impl is not None:
+        from .targets import resolve
+        target = resolve("llvm")
+        found = [r for dt in (op.impl.dtypes or ()) for r in _records(db, target.key, dt) if r.op == op.name]
+        print(f"  tuned       : {len(found)} record(s) in {db.root} for {target.kind}"
+              + "".join(f"\n                {r.shapes}: {r.tuned_us:.1f} us tuned vs {r.rules_us:.1f} us rules"
+                        for r in found))
     if op.impl is not None:
         impl = op.impl if op.state != "invoke" else op.forward_op.impl
         print(f"  dtypes      : {', '.join(impl.dtypes)}")
@@ -70,6 +79,13 @@ def _cmd_info(args) -> int:
         if impl.doc:
             print("  formula     : " + impl.doc.replace("\n", "\n                "))
     return 0
+
+
+def _records(db, target_key, dtype):
+    try:
+        return db.records(target_key, dtype)
+    except ValueError:
+        return []
 
 
 def _cmd_check(args) -> int:
@@ -99,6 +115,21 @@ def _cmd_build(args) -> int:
           f"{len(manifest['ops'])} ops on {manifest['target']}"
           + (f" ({', '.join(manifest['archs'])})" if manifest["archs"] else "")
           + f", {len(skipped)} skipped")
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    from . import registry, tune
+    ops = [o for part in (args.ops or []) for o in part.split(",") if o]
+    if args.family:
+        ops += [op.name for op in registry.ops().values()
+                if op.available and not op.is_forward and op.family == args.family]
+    if not ops:
+        raise ValueError("name ops (--ops) or a family (--family)")
+    results = tune.tune(ops, target=args.target, db=args.db, dtype=args.dtype, trials=args.trials,
+                        size=args.size, only_below=args.only_below, rpc=args.rpc, keep=args.keep)
+    recorded = sum(r.recorded for r in results)
+    print(f"{len(results)} kernels: {recorded} tuned schedules recorded in {args.db}")
     return 0
 
 
@@ -139,6 +170,21 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="output directory (replaced atomically)")
     p.add_argument("--jobs", type=int, default=0, help="build processes (default: all cores)")
     p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("tune", help="meta_schedule tuning into a shippable database")
+    p.add_argument("--ops", nargs="*", help="ops to tune")
+    p.add_argument("--family", help="tune every op of this family")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--trials", type=int, default=64, help="meta_schedule trials per kernel")
+    p.add_argument("--size", type=int, default=1 << 18, help="elements per input of the tuned call")
+    p.add_argument("--db", required=True, help="database directory (one JSON per target and dtype)")
+    p.add_argument("--only-below", type=float, default=None, metavar="F",
+                   help="tune only kernels whose rule schedule reaches less than F x the memory roofline")
+    p.add_argument("--rpc", default=None, metavar="HOST:PORT:KEY",
+                   help="measure on a fleet through this TVM RPC tracker")
+    p.add_argument("--keep", choices=("faster", "always"), default="faster")
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("bench", help="time kernels against Paddle, PyTorch and a numpy copy")
     p.add_argument("ops", nargs="+")

@@ -55,12 +55,16 @@ class Launch:
             if meta is None:
                 results[o.name] = None
             elif o.name in given:
-                results[o.name] = _check_out(spec.name, o.name, given[o.name], meta)
+                buffer = _check_out(spec.name, o.name, given[o.name], meta)
+                if _misaligned(buffer) and self.function is not None:
+                    copy_back[o.name] = buffer
+                    buffer = aligned_empty(meta.shape, meta.dtype.numpy)
+                results[o.name] = buffer
             elif o.name in self.plan.aliases and self.call.options["alias"]:
                 src, shape = self.plan.aliases[o.name]
                 results[o.name] = np.asarray(self.call.tensors[src]).reshape(shape)
             else:
-                results[o.name] = np.empty(meta.shape, dtype=meta.dtype.numpy)
+                results[o.name] = aligned_empty(meta.shape, meta.dtype.numpy)
         for name, (src, shape) in self.plan.aliases.items():
             data = np.asarray(self.call.tensors[src]).reshape(shape)
             if results[name] is not None and not np.shares_memory(results[name], data):
@@ -111,12 +115,32 @@ def _storage_view(array: np.ndarray, dt: DType) -> np.ndarray:
     return array.view(view) if view is not None else array
 
 
+ALIGN = 64     # TVM declares every buffer argument 64-byte aligned (LLVM may emit aligned loads)
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ALIGN-byte boundary."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def _misaligned(array) -> bool:
+    return isinstance(array, np.ndarray) and array.size > 0 and array.ctypes.data % ALIGN != 0
+
+
 def to_tvm(array, shape, dt: DType):
-    """A zero-copy TVM tensor over a host array, viewed with ``shape`` in the storage dtype."""
+    """A TVM tensor over a host array, viewed with ``shape`` in the storage dtype: zero-copy when
+    the array is contiguous and 64-byte aligned (as large numpy arrays are), else via an aligned
+    copy (kernels may use aligned vector loads)."""
     import tvm_ffi
     if isinstance(array, np.ndarray):
-        if not array.flags.c_contiguous:
-            array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous or _misaligned(array):
+            copy = aligned_empty(array.shape, array.dtype)
+            np.copyto(copy, array)
+            array = copy
         tensor = tvm_ffi.from_dlpack(_storage_view(array, dt), require_alignment=0)
     else:
         tensor = tvm_ffi.from_dlpack(array, require_alignment=0)
@@ -168,6 +192,8 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
     if tgt.is_gpu and not rt.cuda_available():
         raise RuntimeError(f"{op}: target {tgt.kind} needs a CUDA driver and GPU, and this machine "
                            f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")
+    from .tune import tuned_plan
+    plan = tuned_plan(plan, call, outs, tgt)
     function = None
     if plan.make is not None:
         function = (cache or default_cache).get(plan, entry.impl, tgt).function

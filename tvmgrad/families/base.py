@@ -51,6 +51,11 @@ class Plan:
     # may a YAML inplace output share its input's buffer inside the kernel? (else the runtime
     # computes into scratch and copies back)
     inplace_safe: bool = False
+    # the same PrimFunc with this call's sizes baked in (for tuning; None if the family has none);
+    # make_static(inline=True): an equivalent form without let-bound scalars, for meta_schedule
+    make_static: Callable[..., Any] | None = field(default=None, repr=False)
+    # a tuned schedule (meta_schedule trace as Python) replacing the rules; only with make_static
+    trace: str | None = field(default=None, repr=False)
 
 
 class OpImpl:

@@ -87,18 +87,22 @@ class Pointwise(OpImpl):
         return Plan(
             key=key, symbol=f"{op}_{dt.name}_{digest}",
             make=lambda: self._make(spec, dt, present, out_names, masks, runtime, attrs),
+            make_static=lambda inline=False: self._make(spec, dt, present, out_names, masks, runtime,
+                                                        attrs, sizes=groups, inline=inline),
             args=tuple(args), pattern="elementwise" if not any(any(m) for m in masks) else "broadcast",
             inplace_safe=True,     # every element is read before it is written; aliases go last
         )
 
     # -- TE -----------------------------------------------------------------------------------
-    def _make(self, spec, dt: DType, present, out_names, masks, runtime, attrs):
+    def _make(self, spec, dt: DType, present, out_names, masks, runtime, attrs, sizes=None,
+              inline=False):
         from tvm import te, tirx
 
         from .complex import Complex, lift
 
         k = len(masks)
-        dims = [te.var(f"n{j}", "int64") for j in range(k)]
+        dims = ([te.var(f"n{j}", "int64") for j in range(k)] if sizes is None
+                else [tirx.IntImm("int64", int(g)) for g in sizes])
         n_in = len(present)
         cplx = dt.lanes == 2            # complex: a trailing (re, im) dim in every buffer
         pair = [2] if cplx else []
@@ -114,9 +118,17 @@ class Pointwise(OpImpl):
         def formula(idx, part=None):
             """Fresh let-bound loads, the op's scalar formula, and the lets to wrap each output.
 
-            ``part`` picks the real (0) or imaginary (1) part of complex results."""
-            loads = {n: ([tirx.Var(f"{n}_re", dt.compute), tirx.Var(f"{n}_im", dt.compute)] if cplx
-                         else [tirx.Var(f"{n}_v", dt.compute)]) for n in present}
+            ``part`` picks the real (0) or imaginary (1) part of complex results. ``inline`` puts
+            the loads in place of the let-bound vars (meta_schedule cannot analyse lets)."""
+            def load(i, n, c):
+                point = [0 if masks[j][i] else idx[j] for j in range(k)]
+                return to_compute(holders[n](*point, c) if cplx else holders[n](*point), dt)
+
+            if inline:
+                loads = {n: [load(i, n, c) for c in range(2 if cplx else 1)] for i, n in enumerate(present)}
+            else:
+                loads = {n: ([tirx.Var(f"{n}_re", dt.compute), tirx.Var(f"{n}_im", dt.compute)] if cplx
+                             else [tirx.Var(f"{n}_v", dt.compute)]) for n in present}
             kwargs = {}
             for name in formula_args:
                 if name in loads:
@@ -142,13 +154,13 @@ class Pointwise(OpImpl):
                     return tirx.const(expr or 0, dt.compute)
                 if str(expr.ty) != dt.compute:
                     expr = expr.astype(dt.compute)
+                if inline:
+                    return expr
                 used = _free_vars(expr)
                 for i, n in reversed(list(enumerate(present))):
-                    point = [0 if masks[j][i] else idx[j] for j in range(k)]
                     for c, var in reversed(list(enumerate(loads[n]))):
                         if any(v.same_as(var) for v in used):
-                            value = holders[n](*point, c) if cplx else holders[n](*point)
-                            expr = tirx.Let(var, to_compute(value, dt), expr)
+                            expr = tirx.Let(var, load(i, n, c), expr)
                 return expr
 
             return {o.name: bind(r) for o, r in zip(spec.outputs, result)}

@@ -91,13 +91,16 @@ class TensorOp(OpImpl):
         attrs = dict(call.attrs)
         return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
                     make=lambda: self._make(spec, dt, metas, outs, runtime, attrs),
+                    make_static=lambda inline=False: self._make(spec, dt, metas, outs, runtime, attrs,
+                                                                static=True),
                     args=tuple(args), pattern=self.pattern)
 
-    def _make(self, spec, dt: DType, metas, outs, runtime, attrs):
-        from tvm import te
+    def _make(self, spec, dt: DType, metas, outs, runtime, attrs, static=False):
+        from tvm import te, tirx
 
         def holder(name, meta):
-            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            shape = ([tirx.IntImm("int64", int(n)) for n in meta.shape] if static
+                     else [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)])
             if meta.dtype.lanes == 2:
                 shape.append(2)
             return te.placeholder(shape, meta.dtype.storage, name=name)
