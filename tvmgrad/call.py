@@ -33,6 +33,12 @@ class BoundCall:
     def op(self) -> str:
         return self.spec.name
 
+    @property
+    def has_data(self) -> bool:
+        """False when planning without data (a graph: tvmgrad.relax); data checks are skipped then."""
+        return not any(isinstance(v, TensorMeta) for value in self.tensors.values()
+                       for v in (value if isinstance(value, list) else [value]))
+
     def meta(self, name: str):
         """TensorMeta (or list of them, or None) of a tensor arg."""
         value = self.tensors[name]

@@ -45,14 +45,15 @@ def schedule(sch, info) -> None:
 
 
 def _bind_epilogue_threads(sch, epilogue, bx) -> None:
-    """A row epilogue runs once per block: give its unit loops to thread 0's binding."""
+    """Spread a row epilogue's loops (under the row's block) over the block's threads, striding
+    when the epilogue has more elements than threads (a full-row epilogue, not just a cast)."""
     loops = sch.get_loops(epilogue)
-    inner = [lp for lp in loops if not sch.get_sref(lp).same_as(sch.get_sref(bx))]
-    inner = inner[inner.index(next(lp for lp in inner)) :] if inner else []
-    rest = [lp for lp in inner if sch.get(lp).thread_binding is None]
+    rest = [lp for lp in loops if not sch.get_sref(lp).same_as(sch.get_sref(bx))
+            and sch.get(lp).thread_binding is None]
     if rest:
         fused = sch.fuse(*rest) if len(rest) > 1 else rest[0]
-        sch.bind(fused, "threadIdx.x")
+        _, tx = sch.split(fused, [None, ROW_THREADS])
+        sch.bind(tx, "threadIdx.x")
 
 
 def _epilogue(sch, block):

@@ -105,7 +105,10 @@ def broadcast_variant(op: str, seed: int = 0):
     if len(names) < 2:
         return None
     inputs = dict(inputs)
-    inputs[names[1]] = inputs[names[1]][:1]          # (1, n): broadcasts along dim 0
+    second = np.asarray(inputs[names[1]])
+    if second.ndim == 0:
+        return None
+    inputs[names[1]] = second[:1]                    # (1, n): broadcasts along dim 0
     return inputs, attrs
 
 

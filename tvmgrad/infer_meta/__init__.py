@@ -89,11 +89,18 @@ def register(fn: Callable) -> Callable:
     return fn
 
 
+_LOADED = False
+
+
 def _load_all() -> None:
-    if _REGISTRY:
+    """Import every InferMeta module once (a module imported directly earlier must not stop
+    the others from loading)."""
+    global _LOADED
+    if _LOADED:
         return
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")
+    _LOADED = True
 
 
 def get(name: str) -> Callable | None:

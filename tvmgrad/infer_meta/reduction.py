@@ -94,14 +94,14 @@ def _check_instance(x, scale, mean, var):
 
 @register
 def InstanceNormGradInferMeta(x, scale, saved_mean, saved_variance, y_grad, epsilon):
-    """x_grad: x; scale_grad, bias_grad: (C,), float32 for a half x."""
+    """x_grad: x; scale_grad (absent without scale), bias_grad: (C,), float32 for a half x."""
     x = _need(x, "x")
     _check_instance(x, scale, _need(saved_mean, "saved_mean"), _need(saved_variance, "saved_variance"))
     y_grad = _need(y_grad, "y_grad")
     _same_shape(x, y_grad, "x", "y_grad")
     _same_dtype(x, y_grad, "x", "y_grad")
     p = _instance_param_meta(x, scale)
-    return x, p, p
+    return x, (p if scale is not None else None), p
 
 
 @register
