@@ -22,7 +22,15 @@ EPS = 1e-6
 
 # Primals of G that D does not take or differentiate but that depend on one it does
 # (G reads a forward output): recomputed from the forward after each perturbation.
+def _instance_stats(p, a):
+    flat = p["x"].reshape(p["x"].shape[0] * p["x"].shape[1], -1)
+    return flat.mean(1), 1 / np.sqrt(flat.var(1) + np.float32(a["epsilon"]))
+
+
 TIES = {
+    # instance_norm_grad reads saved statistics of x (mean and 1/std per sample and channel)
+    "instance_norm_double_grad": {"saved_mean": lambda p, a: _instance_stats(p, a)[0],
+                                  "saved_variance": lambda p, a: _instance_stats(p, a)[1]},
     "elu_double_grad": {"out": lambda p, a: np.where(p["x"] > 0, p["x"], a["alpha"] * np.expm1(p["x"]))},
     "silu_double_grad": {"out": lambda p, a: p["x"] / (1 + np.exp(-p["x"]))},
 }
@@ -65,12 +73,12 @@ def test_higher_order_grad_is_vjp_of_lower(g, d):
     primals = tied(primals)
     rng = np.random.default_rng(7)
     d_outputs = {o.name for o in d_spec.outputs}
-    wrt = [n for n in primals if f"{n}_grad" in d_outputs and primals[n] is not None]
+    wrt = [n for n in primals if f"{n}_grad" in d_outputs and _is_float(primals[n])]
     assert wrt, f"{d} differentiates none of {list(primals)}"
-    direction = {n: rng.standard_normal(primals[n].shape) for n in wrt}
-    cot = {f"{o.name}_grad": rng.standard_normal(primals[wrt[0]].shape) for o in sig.outputs}
-
+    direction = {n: _like(primals[n], rng) for n in wrt}
     forward_out = _g_call(g_spec, sig, primals, g_attrs)     # D may take G's outputs (sqrt's grad_x)
+    cot = {f"{o}_grad": _like(v, rng) for o, v in forward_out.items() if v is not None}
+
     d_inputs = {}
     for p in d_spec.tensor_args:
         for source in (primals, forward_out, cot):
@@ -83,15 +91,42 @@ def test_higher_order_grad_is_vjp_of_lower(g, d):
         if value is None and name not in d_spec.optional:
             pytest.fail(f"{d}: no value for input {name}")
     got = tvmgrad.run(d, d_inputs, d_attrs)
-    lhs = sum(np.sum(got[f"{n}_grad"] * direction[n]) for n in wrt)
+    lhs = sum(_dot(got[f"{n}_grad"], direction[n]) for n in wrt)
 
-    plus = tied({n: (v + EPS * direction[n] if n in direction else v) for n, v in primals.items()})
-    minus = tied({n: (v - EPS * direction[n] if n in direction else v) for n, v in primals.items()})
-    gp, gm = _g_call(g_spec, sig, plus, g_attrs), _g_call(g_spec, sig, minus, g_attrs)
-    rhs = sum(np.sum(cot[f"{o}_grad"] * (gp[o] - gm[o]) / (2 * EPS))
-              for o in gp if f"{o}_grad" in d_inputs and d_inputs[f"{o}_grad"] is not None)
+    def shifted(sign):
+        return tied({n: (_axpy(v, sign * EPS, direction[n]) if n in direction else v)
+                     for n, v in primals.items()})
+    gp, gm = _g_call(g_spec, sig, shifted(1), g_attrs), _g_call(g_spec, sig, shifted(-1), g_attrs)
+    rhs = sum(_dot(cot[f"{o}_grad"], _axpy(gp[o], -1, gm[o])) / (2 * EPS)
+              for o in gp if d_inputs.get(f"{o}_grad") is not None)
     scale = max(1.0, abs(lhs), abs(rhs))
     assert abs(lhs - rhs) <= 1e-6 * scale, f"{d}: <D(c), t> = {lhs!r} but <c, dG.t> = {rhs!r}"
+
+
+def _is_float(value) -> bool:
+    if isinstance(value, list):
+        return bool(value) and all(_is_float(v) for v in value)
+    return value is not None and np.asarray(value).dtype.kind == "f"
+
+
+def _like(value, rng):
+    """A random float64 array (or list of them) shaped like ``value``."""
+    if isinstance(value, list):
+        return [_like(v, rng) for v in value]
+    return rng.standard_normal(np.shape(value))
+
+
+def _dot(a, b) -> float:
+    if isinstance(a, list):
+        return sum(_dot(x, y) for x, y in zip(a, b))
+    return float(np.sum(np.asarray(a, dtype=np.float64) * np.asarray(b, dtype=np.float64)))
+
+
+def _axpy(x, alpha, y):
+    """x + alpha * y, elementwise over lists."""
+    if isinstance(x, list):
+        return [_axpy(a, alpha, b) for a, b in zip(x, y)]
+    return np.asarray(x, dtype=np.float64) + alpha * np.asarray(y, dtype=np.float64)
 
 
 def test_links_are_found():

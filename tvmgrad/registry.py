@@ -75,12 +75,22 @@ def _forward_specs(specs: dict[str, OpSpec], impls: dict[str, OpImpl]) -> dict[s
             continue
         found[sig.name] = OpSpec(
             name=sig.name, forward=sig, args=sig.params, outputs=sig.outputs,
-            infer_meta=InferMetaSpec(impl.infer_meta, tuple(p.name for p in sig.params if p.is_tensor))
+            infer_meta=InferMetaSpec(impl.infer_meta, _forward_infer_params(impl.infer_meta, sig))
             if impl.infer_meta else None,
             attr_defaults=tuple((p.name, p.default) for p in sig.params
                                 if not p.is_tensor and p.has_default),
         )
     return found
+
+
+def _forward_infer_params(name: str, sig) -> tuple[str, ...]:
+    """A forward op's InferMeta takes all its args (``ExpandInferMeta(x, shape)``) or, when it
+    has fewer parameters, just its tensors (``UnchangedInferMeta(x)``)."""
+    import inspect
+    fn = infer_meta_lib.get(name)
+    if fn is not None and len(inspect.signature(fn).parameters) == len(sig.params):
+        return tuple(p.name for p in sig.params)
+    return tuple(p.name for p in sig.params if p.is_tensor)
 
 
 @functools.cache

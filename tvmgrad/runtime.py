@@ -63,6 +63,8 @@ class Launch:
             elif o.name in self.plan.aliases and self.call.options["alias"]:
                 src, shape = self.plan.aliases[o.name]
                 results[o.name] = np.asarray(self.call.tensors[src]).reshape(shape)
+            elif isinstance(meta, list):                       # a Tensor[] output
+                results[o.name] = [aligned_empty(m.shape, m.dtype.numpy) for m in meta]
             else:
                 results[o.name] = aligned_empty(meta.shape, meta.dtype.numpy)
         for name, (src, shape) in self.plan.aliases.items():
