@@ -139,6 +139,9 @@ def _cmd_bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    import signal
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # `tvmgrad list | head` ends quietly
     parser = argparse.ArgumentParser(prog="tvmgrad", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -20,7 +20,7 @@ from . import registry, schedules
 from .call import bind
 from .infer_meta import TensorMeta
 
-__all__ = ["emit", "register_gradients", "coverage", "GRADIENTS", "RelaxGrad"]
+__all__ = ["emit", "register_gradients", "schedule_kernels", "coverage", "GRADIENTS", "RelaxGrad"]
 
 
 def _meta(expr) -> TensorMeta:
@@ -63,6 +63,10 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
     results = {}
     if plan.make is not None:
         func = plan.make().with_attr("global_symbol", plan.symbol)
+        func = func.with_attr("tvmgrad.op", op).with_attr("tvmgrad.pattern", plan.pattern)
+        # opaque to Relax's FuseOps: our kernels take coalesced views with their own symbolic
+        # dims, which FuseTIR cannot merge with a neighbour's buffers
+        func = func.with_attr("op_pattern", 8)
         if target is not None:
             from .targets import resolve
             func = schedules.apply(func, resolve(target).target, plan.pattern)["main"]
@@ -114,12 +118,14 @@ class RelaxGrad:
     ``inputs(call, out, grad) -> dict`` builds the YAML op's tensor inputs from the forward call
     (its args), its output and the output gradient; ``attrs(call) -> dict`` its attributes;
     ``results`` names, per Relax tensor arg, the YAML output that is its gradient (None: not
-    differentiable, a zero gradient)."""
+    differentiable, a zero gradient). ``custom(ctx, call, out, grad, target) -> [grad per arg]``
+    replaces all that for ops that need extra graph work (layer_norm recomputes its statistics)."""
 
     op: str
-    inputs: Callable
+    inputs: Callable | None
     results: tuple
     attrs: Callable = lambda call: {}
+    custom: Callable | None = None
 
 
 def _x_g(call, out, grad):
@@ -174,6 +180,79 @@ GRADIENTS: dict[str, RelaxGrad] = {
                                       lambda c: {"axis": int(c.attrs.axis)}),
 }
 
+def _conv2d_grad(ctx, call, out, grad, target):
+    """relax.nn.conv2d (OIHW filters, NCHW/NHWC data) -> conv2d_grad."""
+    a = call.attrs
+    if str(a.kernel_layout) != "OIHW" or str(a.data_layout) not in ("NCHW", "NHWC"):
+        raise NotImplementedError(f"tvmgrad conv2d gradient: layouts {a.data_layout}/{a.kernel_layout}")
+    top, left, bottom, right = (int(p) for p in a.padding)
+    attrs = {"strides": [int(s) for s in a.strides], "paddings": [top, bottom, left, right],
+             "dilations": [int(d) for d in a.dilation], "groups": int(a.groups),
+             "data_format": str(a.data_layout), "padding_algorithm": "EXPLICIT"}
+    dx, dw = emit(ctx, "conv2d_grad", {"input": call.args[0], "filter": call.args[1], "out_grad": grad},
+                  attrs, target=target)
+    return [dx, dw]
+
+
+def _layer_norm_grad(ctx, call, out, grad, target):
+    """relax.nn.layer_norm over trailing axes -> layer_norm_grad; mean and variance recomputed."""
+    from tvm import relax
+    x, gamma, beta = call.args[:3]
+    rank = len(x.ty.shape.values)
+    axes = sorted(int(ax) % rank for ax in call.attrs.axes)
+    if axes != list(range(rank - len(axes), rank)):
+        raise NotImplementedError("tvmgrad layer_norm gradient: normalised axes must be trailing")
+    begin = axes[0]
+    shape = list(x.ty.shape.values)
+    rows = 1
+    for d in shape[:begin]:
+        rows = rows * d
+    mean = ctx.emit(relax.op.reshape(relax.op.mean(x, axis=axes, keepdims=False), [rows]))
+    var = ctx.emit(relax.op.reshape(relax.op.variance(x, axis=axes, keepdims=False), [rows]))
+    cols = 1
+    for d in shape[begin:]:
+        cols = cols * d
+    scale = ctx.emit(relax.op.reshape(gamma, [cols]))
+    bias = ctx.emit(relax.op.reshape(beta, [cols]))
+    dx, dscale, dbias = emit(ctx, "layer_norm_grad",
+                             {"x": x, "scale": scale, "bias": bias, "mean": mean, "variance": var,
+                              "out_grad": grad},
+                             {"epsilon": float(call.attrs.epsilon), "begin_norm_axis": begin}, target=target)
+    dscale = ctx.emit(relax.op.reshape(relax.op.astype(dscale, gamma.ty.dtype), gamma.ty.shape))
+    dbias = ctx.emit(relax.op.reshape(relax.op.astype(dbias, beta.ty.dtype), beta.ty.shape))
+    return [dx, dscale, dbias]
+
+
+def _nll_loss_grad(ctx, call, out, grad, target):
+    """relax.nn.nll_loss -> nll_loss_grad, with the forward's total weight recomputed."""
+    from tvm import relax, tirx
+    pred, labels = call.args[0], call.args[1]
+    weights = call.args[2] if len(call.args) > 2 else None
+    ignore = int(call.attrs.ignore_index)
+    dtype = pred.ty.dtype
+    valid = ctx.emit(relax.op.astype(relax.op.not_equal(labels, relax.const(ignore, labels.ty.dtype)), dtype))
+    if weights is not None:
+        safe = ctx.emit(relax.op.where(relax.op.not_equal(labels, relax.const(ignore, labels.ty.dtype)),
+                                       labels, relax.op.zeros_like(labels)))
+        valid = ctx.emit(relax.op.multiply(valid, relax.op.take(weights, safe, axis=0)))
+    total = ctx.emit(relax.op.sum(valid))
+    dx = emit(ctx, "nll_loss_grad", {"input": pred, "label": labels, "weight": weights, "total_weight": total,
+                                     "out_grad": grad},
+              {"ignore_index": ignore, "reduction": str(call.attrs.reduction)}, target=target)
+    grads = [dx, relax.op.zeros_like(labels)]
+    if weights is not None:
+        grads.append(relax.op.zeros_like(weights))
+    del tirx
+    return grads
+
+
+GRADIENTS["relax.nn.nll_loss"] = RelaxGrad("nll_loss_grad", None, ("input_grad", None, None),
+                                           custom=_nll_loss_grad)
+GRADIENTS["relax.nn.conv2d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"),
+                                         custom=_conv2d_grad)
+GRADIENTS["relax.nn.layer_norm"] = RelaxGrad("layer_norm_grad", None, ("x_grad", "scale_grad", "bias_grad"),
+                                             custom=_layer_norm_grad)
+
 LEVEL = 11            # above TVM's own gradients (registered at level 10)
 _registered: dict[str, str] = {}
 
@@ -181,6 +260,8 @@ _registered: dict[str, str] = {}
 def _make_gradient(relax_op: str, rule: RelaxGrad, target):
     def gradient(orig_var, orig_call, output_grad, ctx):
         from tvm import relax
+        if rule.custom is not None:
+            return rule.custom(ctx, orig_call, orig_var, output_grad, target)
         grads = emit(ctx, rule.op, rule.inputs(orig_call, orig_var, output_grad), rule.attrs(orig_call),
                      target=target)
         grads = grads if isinstance(grads, tuple) else (grads,)
@@ -208,6 +289,26 @@ def register_gradients(target=None) -> dict[str, str]:
         register_gradient(relax_op, _make_gradient(relax_op, rule, target), level=LEVEL)
         _registered[relax_op] = rule.op
     return dict(_registered)
+
+
+def schedule_kernels(mod, target):
+    """Schedule every unscheduled tvmgrad kernel of a Relax module with tvmgrad's rules for
+    ``target`` (the Relax pipeline then leaves them alone and schedules TVM's own kernels)."""
+    from tvm import tirx
+
+    from .targets import resolve
+    tgt = resolve(target)
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "tvmgrad.op" not in func.attrs:
+            continue
+        if "tirx.is_scheduled" in func.attrs:
+            continue
+        scheduled = schedules.apply(func, tgt.target, str(func.attrs["tvmgrad.pattern"]))["main"]
+        updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
 
 
 def coverage() -> list[tuple[str, str | None, bool]]:
