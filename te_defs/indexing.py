@@ -1,0 +1,1625 @@
+"""Indexing, scatter and graph grads: gather/index_select/take_along_axis/... (and the machinery
+the scan and sort/select modules share).
+
+Scatter-type grads accumulate ``out_grad`` into repeated indices. The default kernels are
+deterministic: one thread owns a column of the destination (every dim but the scattered one) and
+walks the scattered axis serially, in index order, so repeated indices add up in a fixed order
+(bit-identical runs on every target). ``deterministic=False`` (float32/float64 only) launches one
+thread per source element that adds with a CUDA atomic; on the CPU that variant runs the same
+per-element loop serially.
+
+Indices are checked on the host before any kernel runs (in the plan): an out-of-range index
+raises a ValueError naming the op and the input; a kernel never reads or writes out of bounds.
+Half types accumulate in float32 and round once.
+
+Kernel shapes: tensors are viewed as (outer, axis, inner) (or (outer, axis) when nothing follows
+the axis) where the op allows it, so one kernel serves every rank and axis. Sequential parts are
+``te.extern`` bodies of annotated blocks (``Body``) that the ``idx_serial``/``scan_blocked``
+schedules bind; a body may hold a CUDA form and a CPU form of a block (``two_forms``: the column
+strip's lanes on CUDA threads / one vectorised strip per CPU task), selected by the
+``tvmgrad_on_cuda`` parameter that the schedules fix before scheduling (``on_cuda``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import threading
+
+from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.families.base import Arg, OpError, Plan
+from tvmgrad.families.tensor import TensorOp
+from tvmgrad.infer_meta import TensorMeta
+# (imported for their registrations: infer_meta._load_all skips loading once any module has
+# registered, which another te_defs module's direct import may have done first)
+from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
+from tvmgrad.infer_meta import indexing as _im_indexing  # noqa: F401
+from tvmgrad.lazy import te, tirx
+
+__all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
+           "scatter_rows", "blocked_scan", "on_cuda"]
+
+# ------------------------------------------------------------------------------------------
+# The family: TensorOp with tensor views, a deterministic/atomic switch and identity outputs
+
+_CTX = threading.local()
+ATOMIC_DTYPES = ("float32", "float64")
+
+
+def build_options() -> dict:
+    """Options of the kernel being built: ``deterministic`` (bool), ``variant`` (tuple) and
+    ``scalars`` (host-computed int64 scalar parameters by name)."""
+    return getattr(_CTX, "options", None) or {"deterministic": True, "variant": (), "scalars": {}}
+
+
+class IndexOp(TensorOp):
+    """A whole-tensor TE builder whose tensors are passed as views.
+
+    ``view(call, metas, outs) -> (views, variant)``: ``views`` maps input/output names to the shape
+    the kernel sees (same element count; usually (outer, axis, inner); a list of shapes for a
+    Tensor[]), ``variant`` is a tuple of code-changing facts the builder reads from
+    ``build_options()``. Attributes are baked into the code, except ``int_runtime`` ones (int64
+    scalar parameters: one kernel serves every value); ``code_attrs`` names the baked ones that
+    change the code (default: all; those a view folds into the shapes should be left out so that
+    one kernel serves them all). ``atomic``: the op has a racy variant for
+    ``deterministic=False``. ``alias``: outputs equal to an input (no kernel work; a view of it
+    when the caller passes ``alias=True``). ``out_dtype``: outputs whose dtype is the float
+    inputs' whatever shape inference says (Paddle's kernels allocate them as T).
+    ``host_scalars(call, views) -> {name: int}``: int64 scalar parameters computed on the host
+    (e.g. a scan's chunk size); the builder gets them as vars in ``build_options()["scalars"]``.
+    """
+
+    def __init__(self, fn, *, view=None, atomic=False, alias=None, code_attrs=None,
+                 int_runtime=(), out_dtype=(), host_scalars=None, **options):
+        options.setdefault("pattern", "idx_serial")
+        super().__init__(fn, **options)
+        self.view = view
+        self.atomic = atomic
+        self.alias = dict(alias or {})
+        self.code_attrs = None if code_attrs is None else tuple(code_attrs)
+        self.int_runtime = tuple(int_runtime)
+        self.out_dtype = tuple(out_dtype)
+        self.host_scalars = host_scalars
+
+    def runtime_attrs(self, spec) -> list[str]:
+        return []
+
+    def _fix_outputs(self, call, outs, dt) -> None:
+        """Tensor[] outputs sized by the YAML ``{x.size()}``; outputs allocated in the float dtype.
+        (Shape inference sees neither; ``outs`` is the list the runtime allocates from.)"""
+        for i, o in enumerate(call.spec.outputs):
+            m = outs[i]
+            if m is None:
+                continue
+            if isinstance(m, list) and o.size and o.size.endswith(".size()"):
+                src = call.tensors.get(o.size[: -len(".size()")])
+                if isinstance(src, list) and m:
+                    outs[i] = m = [m[0]] * len(src)
+            if o.name in self.out_dtype:
+                outs[i] = ([TensorMeta(x.shape, dt) for x in m] if isinstance(m, list)
+                           else TensorMeta(m.shape, dt))
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        floats = self._float_names(spec, present)
+        dt = self.check_dtype(call, floats)
+        metas = {n: call.meta(n) for n in present}
+        for n in present:
+            if n in floats:
+                continue
+            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
+                if m.dtype.name not in self.index_dtypes:
+                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
+                                    f"{', '.join(self.index_dtypes)}")
+        self._fix_outputs(call, outs, dt)
+        if self.validate is not None:
+            self.validate(call, outs)
+        views, variant = self.view(call, metas, outs) if self.view else ({}, ())
+
+        def viewed(name, meta):
+            if meta is None or name not in views:
+                return meta
+            if isinstance(meta, list):
+                return [viewed_one(name, m, v) for m, v in zip(meta, views[name])]
+            return viewed_one(name, meta, views[name])
+
+        def viewed_one(name, meta, shape):
+            shape = tuple(int(d) for d in shape)
+            if math.prod(shape) != math.prod(meta.shape):
+                raise RuntimeError(f"{op}: view {shape} of {name} {meta.shape}")
+            return TensorMeta(shape, meta.dtype)
+
+        vmetas = {n: viewed(n, m) for n, m in metas.items()}
+        kept = [None if o.name in self.alias else m for o, m in zip(spec.outputs, outs)]
+        vouts = [viewed(o.name, m) for o, m in zip(spec.outputs, kept)]
+        det = (not self.atomic or bool(call.options.get("deterministic", True))
+               or dt.name not in ATOMIC_DTYPES)
+
+        def lay(m):
+            if isinstance(m, list):
+                return tuple((x.ndim, x.dtype.name) for x in m)
+            return (m.ndim, m.dtype.name)
+
+        layout = tuple((n, lay(vmetas[n])) for n in present)
+        out_layout = tuple(None if m is None else lay(m) for m in vouts)
+        names = (self.code_attrs if self.code_attrs is not None
+                 else [p.name for p in spec.attrs if p.name not in self.int_runtime])
+        static = tuple((n, call.attrs[n]) for n in names)
+        key = ("index", op, dt.name, layout, out_layout, static, tuple(variant), det)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+
+        def shape_of(name, i=None):
+            v = views.get(name)
+            if v is None:
+                return None
+            return tuple(v[i]) if i is not None else tuple(v)
+
+        args = []
+        for n in present:
+            if n in spec.no_need_buffer:
+                continue
+            if isinstance(metas[n], list):
+                args += [Arg("input", n, index=i, shape=shape_of(n, i))
+                         for i in range(len(metas[n]))]
+            else:
+                args.append(Arg("input", n, shape=shape_of(n)))
+        args += [Arg("scalar", n, dtype="int64", value=int(call.attrs[n])) for n in self.int_runtime]
+        extra = self.host_scalars(call, views) if self.host_scalars else {}
+        args += [Arg("scalar", n, dtype="int64", value=int(v)) for n, v in sorted(extra.items())]
+        for o, m in zip(spec.outputs, vouts):
+            if isinstance(m, list):
+                args += [Arg("output", o.name, index=i, shape=shape_of(o.name, i))
+                         for i in range(len(m))]
+            elif m is not None:
+                args.append(Arg("output", o.name, shape=shape_of(o.name)))
+        aliases = {o.name: (self.alias[o.name], m.shape) for o, m in zip(spec.outputs, outs)
+                   if o.name in self.alias and m is not None}
+        attrs = dict(call.attrs)
+        options = {"deterministic": det, "variant": tuple(variant), "scalars": sorted(extra)}
+        make = None
+        if any(m is not None for m in vouts):
+            make = lambda: self._make_with(options, spec, dt, vmetas, vouts, attrs)  # noqa: E731
+        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}", make=make, args=tuple(args),
+                    pattern=self.pattern, aliases=aliases)
+
+    def _make_with(self, options, spec, dt, metas, outs, attrs):
+        previous = getattr(_CTX, "options", None)
+        _CTX.options = dict(options, target_flag=None,
+                            scalars={n: te.var(n, "int64") for n in options["scalars"]})
+        try:
+            return self._build(spec, dt, metas, outs, attrs)
+        finally:
+            _CTX.options = previous
+
+    def _build(self, spec, dt, metas, outs, attrs):
+        def holder(name, meta):
+            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            return te.placeholder(shape, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n, m in metas.items():
+            tensors[n] = ([holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list)
+                          else holder(n, m))
+        scalars = {n: te.var(n, "int64") for n in self.int_runtime}
+        kwargs = {p.name: tensors.get(p.name, scalars.get(p.name, attrs.get(p.name)))
+                  for p in spec.args}
+        result = self.fn(**kwargs)
+        result = (list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1
+                  else [result])
+        if len(result) != len(spec.outputs):
+            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                               f"{spec.output_names}")
+        params = []
+        for n in metas:
+            if n not in spec.no_need_buffer:
+                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += [scalars[n] for n in self.int_runtime]
+        params += [v for _, v in sorted(_CTX.options["scalars"].items())]
+        for o, m, r in zip(spec.outputs, outs, result):
+            if m is None:
+                continue
+            if r is None:
+                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder "
+                                   f"gave None")
+            params += list(r) if isinstance(m, list) else [r]
+        flag = _CTX.options.get("target_flag")
+        if flag is not None:
+            params.append(flag)
+        return self.prim_func(spec, params)
+
+
+def on_cuda():
+    """An int64 expression that is 1 when the kernel is built for CUDA and 0 otherwise (a scalar
+    parameter that the idx_serial/scan_blocked schedules specialise away before scheduling)."""
+    opts = _CTX.options
+    if opts.get("target_flag") is None:
+        opts["target_flag"] = te.var(TARGET_FLAG, "int64")
+    return opts["target_flag"]
+
+
+TARGET_FLAG = "tvmgrad_on_cuda"
+
+
+def index_op(fn=None, **options):
+    """Decorator: an ``IndexOp`` builder (see the class)."""
+    if fn is None:
+        return lambda f: IndexOp(f, **options)
+    return IndexOp(fn, **options)
+
+
+# ------------------------------------------------------------------------------------------
+# Shapes
+
+def axis3(shape, axis: int):
+    """(outer, n, inner) of ``shape`` around ``axis``."""
+    shape = tuple(shape)
+    return (math.prod(shape[:axis]), shape[axis] if shape else 1, math.prod(shape[axis + 1:]))
+
+
+def norm_axis(op: str, axis: int, rank: int, what: str = "axis") -> int:
+    """``axis`` in [0, rank) (a 0-d tensor has the single axis 0); ValueError otherwise."""
+    r = max(rank, 1)
+    if not -r <= axis < r:
+        raise OpError(f"{op}: attribute {what!r} is {axis}, out of range for a tensor of rank "
+                      f"{rank} (expected -{r} <= {what} < {r})")
+    return axis + r if axis < 0 else axis
+
+
+def host(call, name):
+    """The numpy array of input ``name`` (for validation on the host)."""
+    import numpy as np
+    return np.asarray(call.tensors[name])
+
+
+def check_range(op: str, name: str, values, low: int, high: int, what: str = "") -> None:
+    """Every value in [low, high); ValueError naming the op, the input and the first bad value."""
+    import numpy as np
+    values = np.asarray(values)
+    if values.size == 0:
+        return
+    bad = (values < low) | (values >= high)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise OpError(f"{op}: input {name!r} holds {int(values[pos])} at {list(pos)}, out of range "
+                      f"{what or ''}(expected {low} <= value < {high})")
+
+
+# ------------------------------------------------------------------------------------------
+# Kernel bodies: te.extern with annotated blocks
+
+CW = 64   # columns per chunk of a vector ("v") loop: CUDA threads per block, CPU vector strip
+
+
+def i64(v):
+    if isinstance(v, int):
+        return tirx.IntImm("int64", v)
+    if hasattr(v, "asobject"):          # a te.Tensor element (TensorSlice)
+        v = v.asobject()
+    ty = str(v.ty)
+    lanes = ty.partition("x")[2]
+    if ty.partition("x")[0] == "int64":
+        return v
+    return tirx.Cast(f"int64x{lanes}", v) if lanes else v.astype("int64")
+
+
+def ceildiv(a, b):
+    return tirx.truncdiv(i64(a) + i64(b) - 1, i64(b))
+
+
+def _region(buf):
+    from tvm import ir
+    return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
+
+
+class Body:
+    """The statements of a ``te.extern`` body, made of annotated blocks.
+
+    ``block(name, body, par=, ser=, vec=)`` emits loops ``par... [vec chunks] ser... [vec lanes]``
+    around one block whose iter vars are all spatial, and annotates it with one letter per loop
+    (``p`` parallel, ``s`` serial, ``v`` vector lanes) for the ``idx_serial``/``scan_blocked``
+    schedules: CPU: the ``p`` loops fused and parallel, ``v`` vectorised; CUDA: ``p`` loops fused
+    onto blocks/threads (onto blocks when there is a ``v`` loop, whose lanes are the threads).
+    ``s`` loops stay serial in one thread. ``body(P, S, C)`` gets the iter vars (C: the vector
+    position, or None) and emits the block's statements with ``T`` (the TVMScript IR builder).
+    ``strip="main"|"tail"`` (the CPU form): the strip is a loop inside the block instead, over
+    the whole strips (vectorised, no predicate; values that do not depend on C stay scalars) or
+    over the last partial one.
+    Reads and writes are declared as whole buffers (a scatter's write set is data-dependent).
+    ``when``: a condition on ``on_cuda()`` (the block exists for one kind of target only).
+    """
+
+    def __init__(self):
+        self.stmts = []
+
+    def block(self, name, body, *, par=(), ser=(), vec=None, reads=(), writes=(), when=None,
+              strip=None):
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
+        with IRBuilder() as ib:
+            with contextlib.ExitStack() as stack:
+                if when is not None:
+                    stack.enter_context(T.If(when))
+                    stack.enter_context(T.Then())
+                kinds = ""
+                pv = [stack.enter_context(T.serial(0, i64(e))) for e in par]
+                kinds += "p" * len(par)
+                n_chunks = None if vec is None else (
+                    ceildiv(vec, CW) if not strip else
+                    tirx.truncdiv(i64(vec), i64(CW)) if strip == "main" else i64(1))
+                if vec is not None:
+                    cb = stack.enter_context(T.serial(0, n_chunks))
+                    kinds += "p"
+                sv = [stack.enter_context(T.serial(0, i64(e))) for e in ser]
+                kinds += "s" * len(ser)
+                if vec is not None and not strip:
+                    cc = stack.enter_context(T.serial(0, i64(CW)))
+                    kinds += "v"
+                stack.enter_context(T.sblock(name))
+                P = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(par, pv)]
+                S = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(ser, sv)]
+                C = None
+                if vec is not None and not strip:
+                    pos = cb * i64(CW) + cc
+                    C = T.axis.spatial(i64(vec), pos, dtype="int64")
+                    T.where(pos < i64(vec))
+                if vec is not None and strip:
+                    chunk = T.axis.spatial(n_chunks, cb, dtype="int64")
+                T.reads(*[_region(b) for b in reads])
+                T.writes(*[_region(b) for b in writes])
+                T.sblock_attr({"tvmgrad.loops": kinds})
+                if strip == "main":
+                    C = tirx.Ramp(chunk * i64(CW), i64(1), CW)
+                elif strip == "tail":
+                    start = tirx.truncdiv(i64(vec), i64(CW)) * i64(CW)
+                    lane = stack.enter_context(T.serial(0, i64(vec) - start))
+                    C = start + lane
+                body(P, S, C)
+        self.stmts.append(ib.get())
+
+    def stmt(self):
+        if not self.stmts:
+            return tirx.Evaluate(0)
+        return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
+
+
+def two_forms(body, name, fn, **kw):
+    """A block with a vector strip in its CUDA form (lanes on threads) and its CPU form (a plain
+    loop inside the block), each kept for its own target; one block when there is no strip."""
+    if kw.get("vec") is None:
+        body.block(name, fn, **kw)
+        return
+    cuda = on_cuda()
+    body.block(name, fn, when=cuda == 1, **kw)
+    body.block(f"{name}_cpu", fn, when=cuda == 0, strip="main", **kw)
+    body.block(f"{name}_tail", fn, when=cuda == 0, strip="tail", **kw)
+
+
+def extern(name, outputs, inputs, gen):
+    """``te.extern`` over ``inputs`` (te.Tensors) producing ``outputs`` [(shape, dtype)], whose body
+    ``gen(ins, outs, body: Body)`` fills with blocks; -> list of te.Tensors."""
+    in_bufs = [tirx.decl_buffer(t.shape, t.dtype, f"{t.op.name}_b") for t in inputs]
+    out_bufs = [tirx.decl_buffer(s, d, f"{name}{i}") for i, (s, d) in enumerate(outputs)]
+
+    def fcompute(ins, outs):
+        body = Body()
+        gen(ins, outs, body)
+        return body.stmt()
+
+    res = te.extern([s for s, _ in outputs], list(inputs), fcompute, name=name,
+                    in_buffers=in_bufs, out_buffers=out_bufs)
+    return list(res) if isinstance(res, (list, tuple)) else [res]
+
+
+def proxy(buf):
+    from tvm.script.ir_builder import tirx as T
+    return T.buffer_proxy(buf)
+
+
+def T_():
+    from tvm.script.ir_builder import tirx as T
+    return T
+
+
+def atomic_add(buf_load, value):
+    """``atomicAdd(&buf[...], value)`` (CUDA; the CPU schedule turns it into a plain add)."""
+    return tirx.call_intrin(str(value.ty), "tirx.cuda.atomic_add", tirx.address_of(buf_load), value)
+
+
+def zero_fill(body: Body, buf, name="init"):
+    """A block writing 0 to every element of ``buf``."""
+    shape = list(buf.shape)
+    b = proxy(buf)
+    zero = tirx.const(0, buf.dtype)
+    if not shape:
+        shape = [1]
+
+        def fill(P, S, C):
+            b[()] = zero
+    else:
+        def fill(P, S, C):
+            b[tuple(P)] = zero
+    body.block(name, fill, par=shape, writes=[buf])
+
+
+def wrap(r, n):
+    """A possibly negative index r (Python semantics: -n <= r < n) in [0, n)."""
+    r = i64(r)
+    return tirx.Select(r < i64(0), r + i64(n), r)
+
+
+def cast_to(t, dt, name):
+    """te.compute casting a compute-dtype tensor to dt's storage (identity when they agree)."""
+    if dt.storage == dt.compute:
+        return t
+    return te.compute(t.shape, lambda *i: t(*i).astype(dt.storage), name=name)
+
+
+def dtype_of(t):
+    return as_dtype(str(t.dtype))
+
+
+def is_vector(expr) -> bool:
+    return "x" in str(expr.ty)
+
+
+def zeros_like(expr):
+    """0 of expr's type (a broadcast for a vector)."""
+    ty = str(expr.ty)
+    scalar, _, lanes = ty.partition("x")
+    zero = tirx.const(0, scalar)
+    return tirx.Broadcast(zero, int(lanes)) if lanes else zero
+
+
+def tc(value, dt):
+    """``to_compute`` for scalars and vectors (a CPU strip loads whole vectors): the element in
+    the compute dtype, bfloat16 widened by bit shift."""
+    if hasattr(value, "asobject"):
+        value = value.asobject()
+    ty = str(value.ty)
+    lanes = int(ty.split("x")[1]) if "x" in ty else 1
+    if lanes == 1:
+        return to_compute(value, dt)
+    if dt.storage == dt.compute:
+        return value
+    if dt.name == "bfloat16":
+        bits = tirx.reinterpret(f"uint16x{lanes}", value).astype(f"uint32x{lanes}")
+        bits = bits << tirx.Broadcast(tirx.const(16, "uint32"), lanes)
+        return tirx.reinterpret(f"float32x{lanes}", bits)
+    return tirx.Cast(f"{dt.compute}x{lanes}", value)
+
+
+# ------------------------------------------------------------------------------------------
+# Scatter along an axis (the core of gather/index_select/take_along_axis/sort grads)
+
+def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False, value=None):
+    """out[c with c[axis] := row(L, c)] (+)= value(L, c) for every coordinate c of ``src``.
+
+    ``inputs``: te.Tensors the body reads (``src`` first); ``L`` their buffer proxies in that
+    order; ``row`` gives the destination index along ``axis`` (in range: validated on the host);
+    ``value`` the compute-dtype value (default: src[c]). ``out`` has ``dest_shape`` (dims other
+    than ``axis`` at least src's) and is 0 where nothing lands. ``assign``: the last element (in
+    axis order) landing on a slot wins, as Paddle's CPU kernels; else contributions add up in
+    axis order. Deterministic: one thread per column (every coordinate but the axis) walks the
+    axis serially; with ``deterministic=False`` (adds only) one CUDA thread per element adds
+    atomically. Half types accumulate in float32, rounded once.
+    """
+    det = build_options()["deterministic"] or assign
+    rank = len(src.shape)
+    dims = list(src.shape)
+    n = dims[axis]
+    lead = dims[:axis]
+    last = axis < rank - 1
+    mid = dims[axis + 1:-1] if last else []
+    vec = dims[-1] if last else None
+    value = value or (lambda L, c: tc(L[0][tuple(c)], dt))
+
+    def gen(ins, outs, body):
+        out = outs[0]
+        L = [proxy(b) for b in ins]
+        op_ = proxy(out)
+        zero_fill(body, out)
+        T = T_()
+
+        def store(c, use_atomic):
+            c = list(c)
+            r = i64(row(L, c))
+            if is_vector(r):
+                # a CPU strip whose destination rows differ per lane: one lane at a time
+                ramp = c[-1]
+                with T.serial(0, i64(CW)) as lane:
+                    store(c[:-1] + [ramp.base + lane], use_atomic)
+                return
+            r = T.Bind(r)
+            v = T.Bind(value(L, c))
+            d = tuple(c[:axis] + [r] + c[axis + 1:])
+            if use_atomic:
+                T.evaluate(atomic_add(op_[d], v))
+            elif assign:
+                op_[d] = v
+            else:
+                op_[d] = op_[d] + v
+
+        if det:
+            unit = not lead and not mid and vec is None
+
+            def col(P, S, C):
+                P = P[1:] if unit else P
+                c = P[:len(lead)] + [S[0]] + P[len(lead):] + ([C] if last else [])
+                store(c, False)
+            two_forms(body, f"{name}_cols", col, par=([1] if unit else lead + mid), ser=[n],
+                      vec=vec, reads=list(ins), writes=[out])
+        else:
+            cuda = on_cuda()
+            body.block(f"{name}_atomic", lambda P, S, C: store(P, True), par=dims,
+                       reads=list(ins), writes=[out], when=cuda == 1)
+            body.block(f"{name}_serial", lambda P, S, C: store(S, False), ser=dims,
+                       reads=list(ins), writes=[out], when=cuda == 0)
+
+    (res,) = extern(f"{name}_scatter", [(list(dest_shape), dt.compute)], list(inputs), gen)
+    return cast_to(res, dt, name)
+
+
+# ------------------------------------------------------------------------------------------
+# gather / index_select
+
+def _gather_like(op, call, index_name="index", allow_2d=True):
+    """(axis, M, N) of a gather-like call after checking shapes and index values; the axis is
+    normalised; the index may be 0-d (the axis is dropped from out_grad), 1-d or (N, 1)."""
+    x, idx, g = call.meta("x"), call.meta(index_name), call.meta("out_grad")
+    axis = norm_axis(op, int(call.attrs["axis"]), x.ndim)
+    if x.ndim == 0:
+        raise OpError(f"{op}: x must have at least one dim")
+    if not (idx.ndim <= 1 or (allow_2d and idx.ndim == 2 and idx.shape[1] == 1)):
+        raise OpError(f"{op}: input {index_name!r} must be 0-d, 1-d"
+                      f"{' or of shape [N, 1]' if allow_2d else ''}, got shape {list(idx.shape)}")
+    n = 1 if idx.ndim == 0 else idx.shape[0]
+    want = x.shape[:axis] + ((n,) if idx.ndim else ()) + x.shape[axis + 1:]
+    if g.shape != want:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)} (x "
+                      f"{list(x.shape)} with axis {axis} indexed by {list(idx.shape)})")
+    m = x.shape[axis]
+    check_range(op, index_name, host(call, index_name), -m, m, f"for axis {axis} of size {m} ")
+    return axis, m, n
+
+
+def _gather_view(call, metas, outs):
+    op = call.op
+    axis, m, n = _gather_like(op, call)
+    x = call.meta("x")
+    outer, _, inner = axis3(x.shape, axis)
+    tail = (inner,) if inner != 1 else ()
+    return ({"out_grad": (outer, n) + tail, "x_grad": (outer, m) + tail, "x": (outer, m) + tail,
+             "index": (n,)},
+            ("flat" if not tail else "cols",))
+
+
+def _index_rows(M):
+    """Row of element c: index[c[1]] (a 1-d index shared by every column), wrapped."""
+    return lambda L, c: wrap(L[1][c[1]], M)
+
+
+@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+def gather_grad(x, index, out_grad, axis):
+    """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis`` (x_grad is 0 elsewhere);
+    repeated indices add up in index order; negative indices count from the end (-M <= index < M,
+    as Paddle 3.3.1's gather_grad); a 0-d index drops the axis from out_grad."""
+    dt = dtype_of(out_grad)
+    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
+                         [out_grad, index])
+
+
+@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+def index_select_grad(x, index, out_grad, axis):
+    """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis``; repeated indices add up in
+    index order; -M <= index < M (negative counts from the end)."""
+    dt = dtype_of(out_grad)
+    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
+                         [out_grad, index])
+
+
+# ------------------------------------------------------------------------------------------
+# index_add (x_grad = out_grad; add_value_grad gathers it)
+
+def _index_add_view(call, metas, outs):
+    op = call.op
+    g, idx = call.meta("out_grad"), call.meta("index")
+    axis = norm_axis(op, int(call.attrs["axis"]), g.ndim)
+    m = g.shape[axis]
+    check_range(op, "index", host(call, "index"), -m, m, f"for axis {axis} of size {m} ")
+    outer, _, inner = axis3(g.shape, axis)
+    n = idx.shape[0] if idx.ndim else 1
+    tail = (inner,) if inner != 1 else ()
+    return ({"out_grad": (outer, m) + tail, "add_value": (outer, n) + tail,
+             "add_value_grad": (outer, n) + tail, "index": (n,)}, ())
+
+
+@index_op(view=_index_add_view, alias={"x_grad": "out_grad"}, code_attrs=(),
+          float_inputs=("add_value", "out_grad"))
+def index_add_grad(index, add_value, out_grad, axis):
+    """out = x with add_value added at ``index`` along ``axis``:  x_grad = out_grad (no kernel),
+    add_value_grad[.., i, ..] = out_grad[.., index[i], ..]; -M <= index < M (negative counts from
+    the end, as Paddle)."""
+    dt = dtype_of(out_grad)
+    m = out_grad.shape[1]
+
+    def body(o, i, *c):
+        return out_grad[(o, wrap(index[i], m)) + c]
+
+    return None, te.compute(add_value.shape, body, name="add_value_grad")
+
+
+# ------------------------------------------------------------------------------------------
+# index_sample
+
+def _index_sample_view(call, metas, outs):
+    op = call.op
+    x, idx, g = call.meta("x"), call.meta("index"), call.meta("out_grad")
+    if x.ndim != 2 or idx.ndim != 2:
+        raise OpError(f"{op}: x and index must be 2-d, got {list(x.shape)} and {list(idx.shape)}")
+    if idx.shape[0] != x.shape[0]:
+        raise OpError(f"{op}: index has {idx.shape[0]} rows but x has {x.shape[0]}")
+    if g.shape != idx.shape:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected index's "
+                      f"{list(idx.shape)}")
+    check_range(op, "index", host(call, "index"), 0, x.shape[1],
+                f"for rows of length {x.shape[1]} ")
+    return {}, ()
+
+
+@index_op(view=_index_sample_view, atomic=True, float_inputs=("x", "out_grad"))
+def index_sample_grad(x, index, out_grad):
+    """x_grad[b, index[b, i]] += out_grad[b, i]  (0 <= index < x.shape[1], as Paddle; repeated
+    indices add up in order)."""
+    dt = dtype_of(out_grad)
+    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
+                         [out_grad, index])
+
+
+# ------------------------------------------------------------------------------------------
+# index_select_strided (one slice)
+
+def _strided_view(call, metas, outs):
+    op = call.op
+    x, g = call.meta("x"), call.meta("out_grad")
+    axis = norm_axis(op, int(call.attrs["axis"]), x.ndim)
+    if x.ndim == 0:
+        raise OpError(f"{op}: x must have at least one dim")
+    want = x.shape[:axis] + x.shape[axis + 1:]
+    if g.shape != want:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+    m = x.shape[axis]
+    index = int(call.attrs["index"])
+    if not 0 <= index < m:
+        raise OpError(f"{op}: attribute 'index' is {index}, out of range for axis {axis} of size "
+                      f"{m} (expected 0 <= index < {m}; Paddle 3.3.1 reads out of bounds for a "
+                      f"negative index)")
+    outer, _, inner = axis3(x.shape, axis)
+    return {"x": (outer, m, inner), "x_grad": (outer, m, inner), "out_grad": (outer, inner)}, ()
+
+
+@index_op(view=_strided_view, int_runtime=("index",), code_attrs=())
+def index_select_strided_grad(x, out_grad, index, axis):
+    """x_grad = 0 except x_grad[.., index, ..] = out_grad  (0 <= index < x.shape[axis])."""
+    dt = dtype_of(out_grad)
+    zero = tirx.const(0, dt.storage)
+
+    def body(o, j, c):
+        return tirx.Select(j == index, out_grad[o, c], zero)
+
+    return te.compute(x.shape, body, name="x_grad")
+
+
+# ------------------------------------------------------------------------------------------
+# multiplex
+
+def _multiplex_view(call, metas, outs):
+    op = call.op
+    ins, idx, g = call.meta("inputs"), call.meta("index"), call.meta("out_grad")
+    if not ins:
+        raise OpError(f"{op}: inputs must hold at least one tensor")
+    for i, m in enumerate(ins):
+        if m.shape != g.shape:
+            raise OpError(f"{op}: inputs[{i}] has shape {list(m.shape)}, expected out_grad's "
+                          f"{list(g.shape)}")
+    check_range(op, "index", host(call, "index"), 0, len(ins),
+                f"for {len(ins)} candidate tensors ")
+    rows = g.shape[0]
+    rest = math.prod(g.shape[1:])
+    return ({"inputs": [(rows, rest)] * len(ins), "inputs_grad": [(rows, rest)] * len(ins),
+             "out_grad": (rows, rest), "index": (rows,)}, ())
+
+
+@index_op(view=_multiplex_view, float_inputs=("inputs", "out_grad"))
+def multiplex_grad(inputs, index, out_grad):
+    """out[b] = inputs[index[b]][b]:  inputs_grad[k][b] = out_grad[b] where index[b] == k, else 0
+    (0 <= index < len(inputs))."""
+    dt = dtype_of(out_grad)
+    zero = tirx.const(0, dt.storage)
+    def grad(k):
+        return te.compute(inputs[k].shape,
+                          lambda b, c: tirx.Select(i64(index[b]) == i64(k), out_grad[b, c], zero),
+                          name=f"inputs_grad{k}")
+
+    return [grad(k) for k in range(len(inputs))]
+
+
+# ------------------------------------------------------------------------------------------
+# where (with numpy broadcasting of condition, x, y)
+
+def _aligned(shape, rank):
+    return (1,) * (rank - len(shape)) + tuple(shape)
+
+
+def _where_view(call, metas, outs):
+    op = call.op
+    c, x, y, g = (call.meta(n) for n in ("condition", "x", "y", "out_grad"))
+    from tvmgrad.infer_meta import MetaError, broadcast_shapes
+    try:
+        full = broadcast_shapes(c.shape, x.shape, y.shape, names=("condition", "x", "y"))
+    except MetaError as exc:
+        raise OpError(f"{op}: {exc}") from None
+    if g.shape != full:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected the broadcast shape "
+                      f"{list(full)}")
+    rank = len(full)
+    views = {n: _aligned(call.meta(n).shape, rank) for n in ("condition", "x", "y")}
+    views.update(x_grad=views["x"], y_grad=views["y"])
+    masks = tuple(tuple(a != b for a, b in zip(views[n], full)) for n in ("condition", "x", "y"))
+    return views, masks
+
+
+def reduce_to(full_shape, target_shape, mask, expr, dt, name):
+    """A tensor of ``target_shape`` (same rank as ``full_shape``; ``mask[d]``: dim d is broadcast
+    there) summing ``expr(idx)`` (compute dtype) over the broadcast dims; cast to dt."""
+    if not any(mask):
+        return te.compute(target_shape, lambda *i: expr(i).astype(dt.storage), name=name)
+    axes = [te.reduce_axis((0, full_shape[d]), name=f"r{d}") for d in range(len(mask)) if mask[d]]
+
+    def body(*i):
+        it = iter(axes)
+        idx = tuple(next(it) if mask[d] else i[d] for d in range(len(mask)))
+        return te.sum(expr(idx), axis=axes)
+
+    acc = te.compute(target_shape, body, name=f"{name}_acc")
+    return te.compute(target_shape, lambda *i: acc(*i).astype(dt.storage), name=name)
+
+
+def bload(t, idx, mask):
+    """t at the broadcast index idx (0 on the dims where ``mask`` says t is broadcast)."""
+    return t[tuple(i64(0) if m else i for i, m in zip(idx, mask))]
+
+
+@index_op(view=_where_view, float_inputs=("x", "y", "out_grad"), index_dtypes=("bool",))
+def where_grad(condition, x, y, out_grad):
+    """x_grad = Σ_bcast condition ? out_grad : 0,  y_grad = Σ_bcast condition ? 0 : out_grad
+    (summed over the dims each input was broadcast along; Paddle 3.3.1 reads past the buffers
+    when the shapes differ)."""
+    dt = dtype_of(out_grad)
+    mc, mx, my = build_options()["variant"]
+    full = out_grad.shape
+    zero = tirx.const(0, dt.compute)
+
+    def pick(first):
+        def expr(idx):
+            g = tc(out_grad[idx], dt)
+            c = bload(condition, idx, mc)
+            return tirx.Select(c, g, zero) if first else tirx.Select(c, zero, g)
+        return expr
+
+    return (reduce_to(full, x.shape, mx, pick(True), dt, "x_grad"),
+            reduce_to(full, y.shape, my, pick(False), dt, "y_grad"))
+
+
+# ------------------------------------------------------------------------------------------
+# take_along_axis / put_along_axis (index with arr's rank; its other dims may be smaller)
+
+def _along_shapes(op, arr, idx, g, axis, name="indices"):
+    if idx.ndim != arr.ndim:
+        raise OpError(f"{op}: {name} must have arr's rank {arr.ndim}, got shape {list(idx.shape)}")
+    for d in range(arr.ndim):
+        if d != axis and idx.shape[d] > arr.shape[d]:
+            raise OpError(f"{op}: {name} has shape {list(idx.shape)}; dim {d} exceeds arr's "
+                          f"{list(arr.shape)}")
+    if g is not None and g.shape != idx.shape:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {name}' "
+                      f"{list(idx.shape)}")
+
+
+def along_view(names_idx, names_arr, arr_shape, idx_shape, axis):
+    """3-d views when the index covers arr on every other dim, else the full rank."""
+    same = all(a == b for d, (a, b) in enumerate(zip(arr_shape, idx_shape)) if d != axis)
+    if not same:
+        return {}, ("full", axis)
+    _, m, _ = axis3(arr_shape, axis)
+    outer, n, inner = axis3(idx_shape, axis)
+    views = {k: (outer, n, inner) for k in names_idx}
+    views.update({k: (outer, m, inner) for k in names_arr})
+    return views, ("3d",)
+
+
+def _take_view(call, metas, outs):
+    op = call.op
+    arr, idx, g = call.meta("arr"), call.meta("indices"), call.meta("out_grad")
+    if arr.ndim == 0:
+        raise OpError(f"{op}: arr must have at least one dim")
+    axis = norm_axis(op, int(call.attrs["axis"]), arr.ndim)
+    _along_shapes(op, arr, idx, g, axis)
+    m = arr.shape[axis]
+    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
+    return along_view(("indices", "out_grad"), ("arr", "arr_grad"), arr.shape, idx.shape, axis)
+
+
+def _variant_axis():
+    v = build_options()["variant"]
+    return 1 if v[0] == "3d" else v[1]
+
+
+@index_op(view=_take_view, atomic=True, code_attrs=(), float_inputs=("arr", "out_grad"))
+def take_along_axis_grad(arr, indices, out_grad, axis):
+    """arr_grad[.., indices[.., i, ..], ..] += out_grad[.., i, ..] along ``axis`` (the index's
+    other dims may be shorter than arr's; the rest of arr_grad is 0); -M <= index < M."""
+    dt = dtype_of(out_grad)
+    ax = _variant_axis()
+    m = arr.shape[ax]
+    return scatter_along(out_grad, ax, arr.shape, dt, "arr_grad",
+                         lambda L, c: wrap(L[1][tuple(c)], m), [out_grad, indices])
+
+
+_PUT_REDUCE = {"assign": "assign", "add": "add", "mean": "mean", "mul": "mul", "multiply": "mul",
+               "amin": "amin", "amax": "amax"}
+
+
+def _put_view(call, metas, outs):
+    op = call.op
+    arr, idx, val, out, g = (call.meta(n) for n in ("arr", "indices", "values", "out", "out_grad"))
+    if arr.ndim == 0:
+        raise OpError(f"{op}: arr must have at least one dim")
+    axis = norm_axis(op, int(call.attrs["axis"]), arr.ndim)
+    _along_shapes(op, arr, idx, None, axis)
+    if val.shape != idx.shape:
+        raise OpError(f"{op}: values has shape {list(val.shape)}, expected indices' "
+                      f"{list(idx.shape)}")
+    for n, m in (("out", out), ("out_grad", g)):
+        if m.shape != arr.shape:
+            raise OpError(f"{op}: {n} has shape {list(m.shape)}, expected arr's {list(arr.shape)}")
+    if call.attrs["reduce"] not in _PUT_REDUCE:
+        raise OpError(f"{op}: attribute 'reduce' is {call.attrs['reduce']!r}; expected one of "
+                      f"{', '.join(_PUT_REDUCE)}")
+    m = arr.shape[axis]
+    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
+    views, variant = along_view(("indices", "values", "values_grad"),
+                                ("arr", "out", "out_grad", "arr_grad"), arr.shape, idx.shape, axis)
+    return views, variant + (_PUT_REDUCE[call.attrs["reduce"]], bool(call.attrs["include_self"]))
+
+
+@index_op(view=_put_view, code_attrs=(), out_dtype=("values_grad",),
+          float_inputs=("arr", "values", "out", "out_grad"))
+def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, include_self):
+    """out = arr with values put at indices along axis (reduce: assign/add/mean/mul/amin/amax,
+    include_self). With d = the slot element p lands on and hits/eq per slot (how many land
+    there / how many of those equal out), as Paddle 3.3.1's CPU kernels:
+      arr_grad = out_grad where nothing lands; where something does: 0 for assign or
+        include_self=False; out_grad for add; out_grad/(hits+1) for mean;
+        out_grad·out/arr for mul; for amin/amax 0 if out != arr else out_grad/(eq+1).
+      values_grad[p] = assign: out_grad[d] if p is the last element landing on d, else 0;
+        add: out_grad[d]; mean: out_grad[d]/(hits[d] + include_self); mul: out_grad[d]·(out[d]/
+        values[p]); amin/amax: 0 if values[p] != out[d], else out_grad[d]/(eq[d]+1) when
+        out[d] == arr[d], out_grad[d]/eq[d] otherwise.
+    -M <= index < M (negative counts from the end, as the forward; Paddle 3.3.1's grad kernel
+    does not wrap and reads out of bounds)."""
+    dt = dtype_of(out_grad)
+    variant = build_options()["variant"]
+    red, incl = variant[-2], variant[-1]
+    ax = 1 if variant[0] == "3d" else variant[1]
+    m = arr.shape[ax]
+    rank = len(arr.shape)
+    idims = list(indices.shape)
+    n = idims[ax]
+
+    def dest(L_idx, c):
+        c = list(c)
+        return tuple(c[:ax] + [wrap(L_idx[tuple(c)], m)] + c[ax + 1:])
+
+    # one serial pass per column: hits, eq (amin/amax) and the last j landing (assign) per slot
+    def gen(ins, outs_, body):
+        idx_b, val_b, out_b = ins
+        hits, eq, last = outs_
+        L_idx, L_val, L_out = proxy(idx_b), proxy(val_b), proxy(out_b)
+        H, E, J = proxy(hits), proxy(eq), proxy(last)
+        T = T_()
+        shape = list(arr.shape)
+
+        def init(P, S, C):
+            H[tuple(P)] = tirx.const(0, "int32")
+            E[tuple(P)] = tirx.const(0, "int32")
+            J[tuple(P)] = i64(-1)
+        body.block("put_init", init, par=shape, writes=[hits, eq, last])
+        lead, mid = idims[:ax], idims[ax + 1:-1] if ax < rank - 1 else []
+        vec = idims[-1] if ax < rank - 1 else None
+        unit = not lead and not mid and vec is None
+
+        def col(P, S, C):
+            P = P[1:] if unit else P
+            c = P[:len(lead)] + [S[0]] + P[len(lead):] + ([C] if vec is not None else [])
+            d = dest(L_idx, c)
+            H[d] = H[d] + tirx.const(1, "int32")
+            same = tc(L_out[d], dt) == tc(L_val[tuple(c)], dt)
+            E[d] = E[d] + tirx.Select(same, tirx.const(1, "int32"), tirx.const(0, "int32"))
+            J[d] = i64(S[0])
+        body.block("put_count", col, par=([1] if unit else lead + mid), ser=[n], vec=vec,
+                   reads=[idx_b, val_b, out_b], writes=[hits, eq, last])
+
+    hits, eq, last = extern("put_counts", [(list(arr.shape), "int32"), (list(arr.shape), "int32"),
+                                           (list(arr.shape), "int64")],
+                            [indices, values, out], gen)
+
+    zero = tirx.const(0, dt.compute)
+    one = tirx.const(1, dt.compute)
+
+    def ld(t, idx):
+        return tc(t[idx], dt)
+
+    def arr_body(*c):
+        g, h = ld(out_grad, c), hits[c]
+        hit = h > 0
+        if red == "assign" or not incl:
+            v = tirx.Select(hit, zero, g)
+        elif red == "add":
+            v = g
+        elif red == "mean":
+            v = tirx.Select(hit, g / (h.astype(dt.compute) + one), g)
+        elif red == "mul":
+            v = tirx.Select(hit, g * ld(out, c) / ld(arr, c), g)
+        else:
+            v = tirx.Select(hit, tirx.Select(ld(out, c) != ld(arr, c), zero,
+                                             g / (eq[c].astype(dt.compute) + one)), g)
+        return v.astype(dt.storage)
+
+    def val_body(*c):
+        d = tuple(c[:ax]) + (wrap(indices[c], m),) + tuple(c[ax + 1:])
+        g = ld(out_grad, d)
+        if red == "assign":
+            v = tirx.Select(last[d] == i64(c[ax]), g, zero)
+        elif red == "add":
+            v = g
+        elif red == "mean":
+            v = g / (hits[d] + tirx.const(1 if incl else 0, "int32")).astype(dt.compute)
+        elif red == "mul":
+            v = g * (ld(out, d) / ld(values, c))
+        else:
+            o = ld(out, d)
+            e = eq[d].astype(dt.compute)
+            v = tirx.Select(o == ld(values, c),
+                            tirx.Select(o == ld(arr, d), g / (e + one), g / e), zero)
+        return v.astype(dt.storage)
+
+    return (te.compute(arr.shape, arr_body, name="arr_grad"),
+            te.compute(indices.shape, val_body, name="values_grad"))
+
+
+# ------------------------------------------------------------------------------------------
+# Row scatters: gather_nd / scatter / index_put / graph grads
+
+def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
+    """out[lead(L, b) + f] += value(L, b, f) for b < n and every feature coordinate f in
+    ``feats`` (a list of extents, possibly empty); out has ``dest_shape`` = the lead dims +
+    feats and is 0 where nothing lands. Deterministic: one thread per feature column walks b
+    serially (repeated rows add up in b order); atomic (build option): one CUDA thread per
+    (b, f)."""
+    det = build_options()["deterministic"]
+    feats = list(feats)
+
+    def gen(ins, outs, body):
+        out = outs[0]
+        L = [proxy(b) for b in ins]
+        op_ = proxy(out)
+        zero_fill(body, out)
+        T = T_()
+
+        def store(b, f, use_atomic):
+            d = tuple(T.Bind(i64(x)) for x in lead(L, b)) + tuple(f)
+            v = T.Bind(value(L, b, tuple(f)))
+            if use_atomic:
+                T.evaluate(atomic_add(op_[d], v))
+            else:
+                op_[d] = op_[d] + v
+
+        if det:
+            if feats:
+                two_forms(body, f"{name}_cols", lambda P, S, C: store(S[0], P + [C], False),
+                          par=feats[:-1], ser=[n], vec=feats[-1], reads=list(ins), writes=[out])
+            else:
+                body.block(f"{name}_cols", lambda P, S, C: store(S[0], [], False),
+                           par=[1], ser=[n], reads=list(ins), writes=[out])
+        else:
+            cuda = on_cuda()
+            body.block(f"{name}_atomic", lambda P, S, C: store(P[0], P[1:], True),
+                       par=[n] + feats, reads=list(ins), writes=[out], when=cuda == 1)
+            body.block(f"{name}_serial", lambda P, S, C: store(S[0], S[1:], False),
+                       ser=[n] + feats, reads=list(ins), writes=[out], when=cuda == 0)
+
+    (res,) = extern(f"{name}_scatter", [(list(dest_shape), dt.compute)], list(inputs), gen)
+    return cast_to(res, dt, name)
+
+
+def copy_zeroing(g, dt, name, n, R, lead, inputs):
+    """out = g, then out[lead(L, b) + (r,)] = 0 for b < n, r < R (every write is a 0: any order
+    gives the same result, so the zeroing runs in parallel)."""
+    def gen(ins, outs, body):
+        gb = ins[0]
+        out = outs[0]
+        L = [proxy(b) for b in ins[1:]]
+        gp, op_ = proxy(gb), proxy(out)
+        T = T_()
+
+        def copy(P, S, C):
+            op_[tuple(P)] = gp[tuple(P)]
+        body.block(f"{name}_copy", copy, par=list(g.shape), reads=[gb], writes=[out])
+
+        def zero(P, S, C):
+            d = tuple(T.Bind(i64(x)) for x in lead(L, P[0])) + (P[1],)
+            op_[d] = tirx.const(0, dt.storage)
+        body.block(f"{name}_zero", zero, par=[n, R], reads=list(ins[1:]), writes=[out])
+
+    (res,) = extern(f"{name}_zeroing", [(list(g.shape), dt.storage)], [g] + list(inputs), gen)
+    return res
+
+
+def _nd_check(op, call, target, index_name="index"):
+    """(k, B, R, lead dims) of a gather_nd-like index over ``target``'s shape; checks values."""
+    idx = call.meta(index_name)
+    if idx.ndim == 0:
+        raise OpError(f"{op}: {index_name} must have at least one dim")
+    k = idx.shape[-1]
+    if k > len(target):
+        raise OpError(f"{op}: {index_name}'s last dim ({k}) exceeds the rank {len(target)}")
+    values = host(call, index_name).reshape(-1, k) if k else None
+    for j in range(k):
+        check_range(op, index_name, values[:, j], -target[j], target[j],
+                    f"in column {j} (dim {j} of size {target[j]}) ")
+    return k, math.prod(idx.shape[:-1]), math.prod(target[k:]), tuple(target[:k])
+
+
+def _gather_nd_view(call, metas, outs):
+    op = call.op
+    x = call.meta("x")
+    k, b, r, lead = _nd_check(op, call, x.shape)
+    return ({"x": lead + (r,), "x_grad": lead + (r,), "index": (b, k), "out_grad": (b, r)}, ())
+
+
+def _nd_lead(index, dims):
+    k = len(dims)
+    return lambda L, b: [wrap(L[1][b, i64(j)], dims[j]) for j in range(k)]
+
+
+@index_op(view=_gather_nd_view, atomic=True, float_inputs=("x", "out_grad"))
+def gather_nd_grad(x, index, out_grad):
+    """x_grad[index[b]] += out_grad[b] (index[b] addresses the leading index.shape[-1] dims of x;
+    repeated addresses add up in b order; -d <= index < d, negative counts from the end)."""
+    dt = dtype_of(out_grad)
+    dims = list(x.shape[:-1])
+    return scatter_rows(out_grad.shape[0], [x.shape[-1]], x.shape, dt, "x_grad",
+                        _nd_lead(index, dims), lambda L, b, f: tc(L[0][(b,) + f], dt),
+                        [out_grad, index])
+
+
+def _scatter_nd_view(call, metas, outs):
+    op = call.op
+    g = call.meta("out_grad")
+    k, b, r, lead = _nd_check(op, call, g.shape)
+    return ({"out_grad": lead + (r,), "index": (b, k), "updates": (b, r),
+             "updates_grad": (b, r)}, ())
+
+
+@index_op(view=_scatter_nd_view, alias={"x_grad": "out_grad"}, float_inputs=("updates", "out_grad"))
+def scatter_nd_add_grad(index, updates, out_grad):
+    """out = x with updates added at index:  x_grad = out_grad (no kernel),
+    updates_grad[b] = out_grad[index[b]] (-d <= index < d)."""
+    dims = list(out_grad.shape[:-1])
+
+    def body(b, r):
+        return out_grad[tuple(wrap(index[b, i64(j)], dims[j]) for j in range(len(dims))) + (r,)]
+
+    return None, te.compute(updates.shape, body, name="updates_grad")
+
+
+def _scatter_view(call, metas, outs):
+    op = call.op
+    g, idx, up = call.meta("out_grad"), call.meta("index"), call.meta("updates")
+    if g.ndim == 0:
+        raise OpError(f"{op}: out_grad must have at least one dim")
+    if not (idx.ndim <= 1 or idx.ndim == 2 and idx.shape[1] == 1):
+        raise OpError(f"{op}: index must be 0-d, 1-d or of shape [N, 1], got {list(idx.shape)}")
+    n = idx.shape[0] if idx.ndim else 1
+    want = ((n,) if idx.ndim else ()) + g.shape[1:]
+    if up.shape != want:
+        raise OpError(f"{op}: updates has shape {list(up.shape)}, expected {list(want)}")
+    m = g.shape[0]
+    check_range(op, "index", host(call, "index"), -m, m, f"for dim 0 of size {m} ")
+    r = math.prod(g.shape[1:])
+    return ({"out_grad": (m, r), "x_grad": (m, r), "index": (n,), "updates": (n, r),
+             "updates_grad": (n, r)}, ())
+
+
+@index_op(view=_scatter_view, code_attrs=(), float_inputs=("updates", "out_grad"))
+def scatter_grad(index, updates, out_grad, overwrite):
+    """x_grad = out_grad with the rows at index zeroed (in both modes: Paddle's forward zeroes
+    them before adding when overwrite=False), updates_grad[i] = out_grad[index[i]] (every
+    repeated index gets it, as Paddle); -M <= index < M."""
+    dt = dtype_of(out_grad)
+    m = out_grad.shape[0]
+    x_grad = copy_zeroing(out_grad, dt, "x_grad", updates.shape[0], out_grad.shape[1],
+                          lambda L, b: [wrap(L[0][b], m)], [index])
+    upd = te.compute(updates.shape, lambda i, r: out_grad[wrap(index[i], m), r],
+                     name="updates_grad")
+    return x_grad, upd
+
+
+def _bcast_or_fail(op, shapes, names):
+    from tvmgrad.infer_meta import MetaError, broadcast_shapes
+    try:
+        return broadcast_shapes(*shapes, names=tuple(names))
+    except MetaError as exc:
+        raise OpError(f"{op}: {exc}") from None
+
+
+def _index_put_view(call, metas, outs):
+    op = call.op
+    x, ind, val, g = call.meta("x"), call.meta("indices"), call.meta("value"), call.meta("out_grad")
+    for i, m in enumerate(ind):
+        if m.dtype.name == "bool":
+            raise TypeError(f"{op}: input 'indices[{i}]' is a bool mask; tvmgrad's index_put_grad "
+                            f"takes integer indices (convert the mask with nonzero())")
+    k = len(ind)
+    if k > x.ndim:
+        raise OpError(f"{op}: {k} index tensors for x of rank {x.ndim}")
+    ishape = _bcast_or_fail(op, [m.shape for m in ind], [f"indices[{i}]" for i in range(k)])
+    q = len(ishape)
+    pshape = tuple(ishape) + x.shape[k:]
+    if len(val.shape) > len(pshape) or any(
+            v not in (1, p) for v, p in zip(_aligned(val.shape, len(pshape)), pshape)):
+        raise OpError(f"{op}: value has shape {list(val.shape)}, which does not broadcast to the "
+                      f"indexed shape {list(pshape)}")
+    import numpy as np
+    for i in range(k):
+        check_range(op, f"indices[{i}]", np.asarray(call.tensors["indices"][i]), -x.shape[i],
+                    x.shape[i], f"for dim {i} of size {x.shape[i]} ")
+    iv = [_aligned(m.shape, q) for m in ind]
+    vv = _aligned(val.shape, len(pshape))
+    imasks = tuple(tuple(a != b for a, b in zip(v, ishape)) for v in iv)
+    vmask = tuple(a != b for a, b in zip(vv, pshape))
+    return ({"indices": iv, "value": vv, "value_grad": vv},
+            (k, imasks, vmask, bool(call.attrs["accumulate"])))
+
+
+@index_op(view=_index_put_view, code_attrs=(), float_inputs=("x", "value", "out_grad"),
+          index_dtypes=("int32", "int64", "bool"))
+def index_put_grad(x, indices, value, out_grad, accumulate):
+    """out = x with value put at x[indices] (numpy advanced indexing: the index tensors broadcast
+    together and address x's leading dims; accumulate: added):  x_grad = out_grad, zeroed at the
+    addressed elements unless accumulate; value_grad = out_grad[indices] summed over the dims
+    value was broadcast along. -d <= index < d (negative counts from the end)."""
+    dt = dtype_of(out_grad)
+    k, imasks, vmask, acc = build_options()["variant"]
+    q = len(imasks[0])
+    idims = []
+    for d in range(q):
+        src = [indices[i].shape[d] for i in range(k) if not imasks[i][d]]
+        idims.append(src[0] if src else i64(1))
+    pdims = idims + list(x.shape[k:])
+
+    def coords(load, p):
+        ip = p[:q]
+        return tuple(wrap(load(i, tuple(i64(0) if imasks[i][d] else ip[d] for d in range(q))),
+                          x.shape[i]) for i in range(k)) + tuple(p[q:])
+
+    vgrad = reduce_to(pdims, value.shape, vmask,
+                      lambda p: tc(out_grad[coords(lambda i, c: indices[i][c], p)], dt),
+                      dt, "value_grad")
+    if acc:
+        return te.compute(x.shape, lambda *i: out_grad[i], name="x_grad"), vgrad
+
+    def gen(ins, outs, body):
+        gb, ib = ins[0], ins[1:]
+        out = outs[0]
+        gp, op_ = proxy(gb), proxy(out)
+        L = [proxy(b) for b in ib]
+        T = T_()
+
+        def copy(P, S, C):
+            op_[tuple(P)] = gp[tuple(P)]
+        body.block("x_grad_copy", copy, par=list(x.shape), reads=[gb], writes=[out])
+
+        def zero(P, S, C):
+            d = tuple(T.Bind(i64(v)) for v in coords(lambda i, c: L[i][c], list(P)))
+            op_[d] = tirx.const(0, dt.storage)
+        body.block("x_grad_zero", zero, par=pdims, reads=list(ib), writes=[out])
+
+    (xg,) = extern("x_grad_zeroing", [(list(x.shape), dt.storage)], [out_grad] + list(indices), gen)
+    return xg, vgrad
+
+
+# ------------------------------------------------------------------------------------------
+# Graph message passing: send_u_recv / send_ue_recv / send_uv
+
+_REDUCE_OPS = ("SUM", "MEAN", "MIN", "MAX")
+_MESSAGE_OPS = ("ADD", "MUL")
+
+
+def _graph_edges(op, call, n_src, n_dst):
+    src, dst = call.meta("src_index"), call.meta("dst_index")
+    if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
+        raise OpError(f"{op}: src_index and dst_index must be 1-d of one length, got "
+                      f"{list(src.shape)} and {list(dst.shape)}")
+    check_range(op, "src_index", host(call, "src_index"), 0, n_src, f"for {n_src} source nodes ")
+    check_range(op, "dst_index", host(call, "dst_index"), 0, n_dst,
+                f"for {n_dst} destination nodes ")
+    return src.shape[0]
+
+
+def _attr_choice(op, call, name, choices):
+    value = str(call.attrs[name]).upper()
+    if value not in choices:
+        raise OpError(f"{op}: attribute {name!r} is {call.attrs[name]!r}; expected one of "
+                      f"{', '.join(choices)}")
+    return value
+
+
+def _reduce_inputs(op, call, red, out_shape):
+    out, cnt = call.tensors.get("out"), call.tensors.get("dst_count")
+    if red in ("MIN", "MAX") and out is None:
+        raise OpError(f"{op}: reduce_op {red} needs input 'out' (the forward's output)")
+    if red == "MEAN" and cnt is None:
+        raise OpError(f"{op}: reduce_op MEAN needs input 'dst_count' (the forward's counts)")
+    if out is not None and call.meta("out").shape != tuple(out_shape):
+        raise OpError(f"{op}: out has shape {list(call.meta('out').shape)}, expected "
+                      f"{list(out_shape)}")
+    if cnt is not None:
+        if call.meta("dst_count").shape != (out_shape[0],):
+            raise OpError(f"{op}: dst_count has shape {list(call.meta('dst_count').shape)}, "
+                          f"expected [{out_shape[0]}]")
+
+
+def _feature_view(names_shapes, full):
+    """Views (rows,) + features left-padded to the rank of ``full`` and broadcast masks."""
+    views, masks = {}, []
+    for names, shape in names_shapes:
+        v = (shape[0],) + _aligned(shape[1:], len(full))
+        views.update({n: v for n in names})
+        masks.append(tuple(a != b for a, b in zip(v[1:], full)))
+    return views, tuple(masks)
+
+
+def _send_u_recv_view(call, metas, outs):
+    op = call.op
+    x, g = call.meta("x"), call.meta("out_grad")
+    red = _attr_choice(op, call, "reduce_op", _REDUCE_OPS)
+    if x.ndim == 0:
+        raise OpError(f"{op}: x must have at least one dim")
+    if g.ndim == 0 or g.shape[1:] != x.shape[1:]:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [M] + "
+                      f"{list(x.shape[1:])}")
+    _graph_edges(op, call, x.shape[0], g.shape[0])
+    _reduce_inputs(op, call, red, g.shape)
+    f = math.prod(x.shape[1:])
+    views = {"x": (x.shape[0], f), "x_grad": (x.shape[0], f), "out_grad": (g.shape[0], f),
+             "out": (g.shape[0], f)}
+    return views, (red,)
+
+
+@index_op(view=_send_u_recv_view, atomic=True, code_attrs=(), float_inputs=("x", "out", "out_grad"))
+def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_op):
+    """out[d] = reduce_{e: dst[e]=d} x[src[e]]:  x_grad[src[e]] += out_grad[dst[e]] · w(e), with
+    w = 1 (SUM), 1/dst_count[dst[e]] (MEAN), [x[src[e]] == out[dst[e]]] (MIN/MAX: every tied
+    edge gets the full grad, as Paddle). Edges add up in edge order."""
+    dt = dtype_of(out_grad)
+    (red,) = build_options()["variant"]
+    inputs = [out_grad, src_index, dst_index]
+    if red == "MEAN":
+        inputs.append(dst_count)
+    if red in ("MIN", "MAX"):
+        inputs += [x, out]
+
+    def value(L, e, f):
+        d = L[2][e]
+        g = tc(L[0][(d,) + f], dt)
+        if red == "MEAN":
+            return g / L[3][d].astype(dt.compute)
+        if red in ("MIN", "MAX"):
+            hit = tc(L[3][(L[1][e],) + f], dt) == tc(L[4][(d,) + f], dt)
+            return tirx.Select(hit, g, zeros_like(g))
+        return g
+
+    return scatter_rows(src_index.shape[0], [x.shape[1]], x.shape, dt, "x_grad",
+                        lambda L, e: [L[1][e]], value, inputs)
+
+
+def _message(mop, a, b):
+    return a + b if mop == "ADD" else a * b
+
+
+def _send_ue_recv_view(call, metas, outs):
+    op = call.op
+    x, y, g = call.meta("x"), call.meta("y"), call.meta("out_grad")
+    mop = _attr_choice(op, call, "message_op", _MESSAGE_OPS)
+    red = _attr_choice(op, call, "reduce_op", _REDUCE_OPS)
+    if x.ndim == 0 or y.ndim == 0 or g.ndim == 0:
+        raise OpError(f"{op}: x, y and out_grad must have at least one dim")
+    feats = _bcast_or_fail(op, [x.shape[1:], y.shape[1:]], ["x features", "y features"])
+    if g.shape[1:] != feats:
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [M] + {list(feats)}")
+    e = _graph_edges(op, call, x.shape[0], g.shape[0])
+    if y.shape[0] != e:
+        raise OpError(f"{op}: y has {y.shape[0]} rows, expected one per edge ({e})")
+    _reduce_inputs(op, call, red, g.shape)
+    views, masks = _feature_view([(("x", "x_grad"), x.shape), (("y", "y_grad"), y.shape)], feats)
+    return views, (mop, red) + masks
+
+
+@index_op(view=_send_ue_recv_view, atomic=True, code_attrs=(),
+          float_inputs=("x", "y", "out", "out_grad"))
+def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, message_op, reduce_op):
+    """out[d] = reduce_{e: dst[e]=d} x[src[e]] ⊙ y[e] (⊙: ADD/MUL, features broadcast): with
+    G(e) = out_grad[dst[e]] · w(e) (w as send_u_recv_grad; MIN/MAX compare x[src[e]] ⊙ y[e] with
+    out[dst[e]]), x_grad[src[e]] += G(e)·(y[e] for MUL), y_grad[e] = G(e)·(x[src[e]] for MUL),
+    each summed over the feature dims it was broadcast along; edges add up in edge order."""
+    dt = dtype_of(out_grad)
+    mop, red, mx, my = build_options()["variant"]
+    feats = list(out_grad.shape[1:])
+    zero = tirx.const(0, dt.compute)
+
+    def grad_edge(e, f, for_x):
+        d = dst_index[e]
+        s = src_index[e]
+        g = tc(out_grad[(d,) + f], dt)
+        xv = tc(bload(x, (s,) + f, (False,) + mx), dt)
+        yv = tc(bload(y, (e,) + f, (False,) + my), dt)
+        if red == "MEAN":
+            g = g / dst_count[d].astype(dt.compute)
+        if red in ("MIN", "MAX"):
+            g = tirx.Select(_message(mop, xv, yv) == tc(out[(d,) + f], dt), g, zero)
+        if mop == "MUL":
+            g = g * (yv if for_x else xv)
+        return g
+
+    n_e = src_index.shape[0]
+    y_grad = reduce_to([n_e] + feats, y.shape, (False,) + my,
+                       lambda idx: grad_edge(idx[0], tuple(idx[1:]), False), dt, "y_grad")
+    dx = as_dtype(dt.compute)
+    per_edge = reduce_to([n_e] + feats, [n_e] + list(x.shape[1:]), (False,) + mx,
+                         lambda idx: grad_edge(idx[0], tuple(idx[1:]), True), dx, "x_msg")
+    x_grad = scatter_rows(n_e, list(x.shape[1:]), x.shape, dt, "x_grad",
+                          lambda L, e: [L[1][e]], lambda L, e, f: L[0][(e,) + f],
+                          [per_edge, src_index])
+    return x_grad, y_grad
+
+
+def _send_uv_view(call, metas, outs):
+    op = call.op
+    x, y, g = call.meta("x"), call.meta("y"), call.meta("out_grad")
+    mop = _attr_choice(op, call, "message_op", _MESSAGE_OPS)
+    if x.ndim == 0 or y.ndim == 0 or g.ndim == 0:
+        raise OpError(f"{op}: x, y and out_grad must have at least one dim")
+    feats = _bcast_or_fail(op, [x.shape[1:], y.shape[1:]], ["x features", "y features"])
+    e = _graph_edges(op, call, x.shape[0], y.shape[0])
+    if g.shape != (e,) + tuple(feats):
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [{e}] + {list(feats)}")
+    views, masks = _feature_view([(("x", "x_grad"), x.shape), (("y", "y_grad"), y.shape)], feats)
+    return views, (mop,) + masks
+
+
+@index_op(view=_send_uv_view, atomic=True, code_attrs=(), float_inputs=("x", "y", "out_grad"))
+def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op):
+    """out[e] = x[src[e]] ⊙ y[dst[e]] (⊙: ADD/MUL, features broadcast):
+    x_grad[src[e]] += out_grad[e]·(y[dst[e]] for MUL), y_grad[dst[e]] += out_grad[e]·(x[src[e]]
+    for MUL), each summed over the feature dims it was broadcast along; edges add up in order."""
+    dt = dtype_of(out_grad)
+    mop, mx, my = build_options()["variant"]
+    feats = list(out_grad.shape[1:])
+    n_e = src_index.shape[0]
+    dx = as_dtype(dt.compute)
+
+    def grad_edge(e, f, for_x):
+        g = tc(out_grad[(e,) + f], dt)
+        if mop == "MUL":
+            other = (bload(y, (dst_index[e],) + f, (False,) + my) if for_x
+                     else bload(x, (src_index[e],) + f, (False,) + mx))
+            g = g * tc(other, dt)
+        return g
+
+    grads = []
+    for t, mask, idx, name, for_x in ((x, mx, src_index, "x", True), (y, my, dst_index, "y", False)):
+        per_edge = reduce_to([n_e] + feats, [n_e] + list(t.shape[1:]), (False,) + mask,
+                             lambda i, fx=for_x: grad_edge(i[0], tuple(i[1:]), fx), dx,
+                             f"{name}_msg")
+        grads.append(scatter_rows(n_e, list(t.shape[1:]), t.shape, dt, f"{name}_grad",
+                                  lambda L, e: [L[1][e]], lambda L, e, f: L[0][(e,) + f],
+                                  [per_edge, idx]))
+    return tuple(grads)
+
+
+# ------------------------------------------------------------------------------------------
+# Blocked parallel scan (shared with te_defs/scan.py)
+
+SCAN_MIN_CHUNK = 32
+
+
+def scan_scalars(n: int) -> dict:
+    """Host-computed scan parameters for an axis of n elements: chunk length max(32, ceil(sqrt n))
+    and the number of chunks, so that both a chunk and the chunk totals a column walks serially
+    are about sqrt(n) long."""
+    chunk = max(SCAN_MIN_CHUNK, math.isqrt(max(n - 1, 0)) + 1)
+    return {"scan_chunk": chunk, "scan_blocks": -(-n // chunk)}
+
+
+def blocked_scan(name, n, cols, inputs, outputs, state, identity, combine, element, emit, *,
+                 reverse=False, exclusive=False):
+    """A scan along an axis of length ``n`` for every column (``cols``: the column extents).
+
+    The state is a tuple of scalars (dtypes ``state``) combined by the associative ``combine``
+    (``identity``: its unit). ``element(L, col, i)`` gives the state of element i (the axis
+    index, 0..n-1) of column ``col`` from the input proxies ``L``; ``emit(L, O, col, i, s)``
+    stores the outputs (proxies ``O``) of element i from its scan value s (inclusive, or
+    exclusive: the elements strictly before it; ``reverse``: scanning from the end).
+
+    The op passes ``host_scalars=scan_host(view_name)`` (chunk length and count as parameters).
+    Three phases, each parallel: (1) every chunk of every column reduces its elements; (2) every
+    column scans its chunk totals (serially: about sqrt(n) of them) into carries; (3) every
+    chunk rescans its elements from its carry and emits. A long axis is as parallel as many short
+    ones (sqrt(n) chunks per column), and the work is about twice a serial scan.
+    """
+    cols = list(cols)
+    scalars = build_options()["scalars"]
+    ch, nb = scalars["scan_chunk"], scalars["scan_blocks"]
+    part_shape = cols[:-1] + [nb] + cols[-1:] if cols else [nb]
+
+    def split(P):
+        """(col, chunk) from the phase-1/3 iteration vars."""
+        if not cols:
+            return [], P[0]
+        return P[:len(cols) - 1] + P[len(cols):], P[len(cols) - 1]
+
+    def part_at(col, b):
+        return tuple(col[:-1]) + (b,) + tuple(col[-1:]) if cols else (b,)
+
+    def gen(ins, outs, body):
+        L = [proxy(b) for b in ins]
+        nout = len(outputs)
+        O = [proxy(b) for b in outs[:nout]]
+        parts, carries = outs[nout:nout + len(state)], outs[nout + len(state):]
+        Q = [proxy(b) for b in parts]
+        K = [proxy(b) for b in carries]
+        T = T_()
+
+        def local(vals):
+            bufs = [T.alloc_buffer((1,), dtype=d, scope="local", align=8 if "64" in d else 4) for d in state]
+            for b, v in zip(bufs, vals):
+                proxy(b)[0] = v
+            return bufs
+
+        def get(bufs):
+            return tuple(proxy(b)[0] for b in bufs)
+
+        def put(bufs, vals):
+            for b, v in zip(bufs, vals):
+                proxy(b)[0] = v
+
+        def positions(stack, b):
+            """Opens a serial loop over the chunk's scan positions; -> the axis index."""
+            t = stack.enter_context(T.serial(0, ch))
+            p = b * ch + t
+            stack.enter_context(T.If(p < i64(n)))
+            stack.enter_context(T.Then())
+            return (i64(n) - i64(1) - p) if reverse else p
+
+        def reduce_chunk(P, S, C):
+            col, b = split(P)
+            acc = local(identity)
+            with contextlib.ExitStack() as stack:
+                i = positions(stack, b)
+                put(acc, combine(get(acc), element(L, col, i)))
+            for q, v in zip(Q, get(acc)):
+                q[part_at(col, b)] = v
+
+        body.block(f"{name}_reduce", reduce_chunk, par=part_shape, reads=list(ins),
+                   writes=list(parts))
+
+        def carry(P, S, C):
+            col = list(P)
+            run = local(identity)
+            with T.serial(0, nb) as b:
+                at = part_at(col, b)
+                for q, v in zip(K, get(run)):
+                    q[at] = v
+                put(run, combine(get(run), tuple(q[at] for q in Q)))
+        body.block(f"{name}_carry", carry, par=cols or [1], reads=list(parts),
+                   writes=list(carries))
+
+        def apply_chunk(P, S, C):
+            col, b = split(P)
+            run = local(tuple(q[part_at(col, b)] for q in K))
+            with contextlib.ExitStack() as stack:
+                i = positions(stack, b)
+                e = tuple(T.Bind(v) for v in element(L, col, i))
+                if exclusive:
+                    emit(L, O, col, i, get(run))
+                    put(run, combine(get(run), e))
+                else:
+                    put(run, combine(get(run), e))
+                    emit(L, O, col, i, get(run))
+        body.block(f"{name}_apply", apply_chunk, par=part_shape, reads=list(ins) + list(carries),
+                   writes=list(outs[:nout]))
+
+    res = extern(name, list(outputs) + [(part_shape, d) for d in state] * 2, list(inputs), gen)
+    return res[:len(outputs)]
+
+
+def scan_host(name):
+    """``host_scalars`` of a scan along dim 1 of the view of ``name``."""
+    return lambda call, views: scan_scalars(views[name][1])
+
+
+# ------------------------------------------------------------------------------------------
+# masked_select: out_grad[k] goes back to the k-th selected element (a scan of the mask)
+
+def _masked_view(call, metas, outs):
+    import numpy as np
+    op = call.op
+    x, mask, g = call.meta("x"), call.meta("mask"), call.meta("out_grad")
+    full = _bcast_or_fail(op, [x.shape, mask.shape], ["x", "mask"])
+    if g.ndim != 1:
+        raise OpError(f"{op}: out_grad must be 1-d, got shape {list(g.shape)}")
+    count = int(np.count_nonzero(np.broadcast_to(host(call, "mask"), full)))
+    if count != g.shape[0]:
+        raise OpError(f"{op}: mask selects {count} elements but out_grad has {g.shape[0]}")
+    rank = len(full)
+    xv, mv = _aligned(x.shape, rank), _aligned(mask.shape, rank)
+    masks = (tuple(a != b for a, b in zip(xv, full)), tuple(a != b for a, b in zip(mv, full)))
+    return {"x": xv, "x_grad": xv, "mask": mv}, masks
+
+
+def _masked_scalars(call, views):
+    full = _bcast_or_fail(call.op, [call.meta("x").shape, call.meta("mask").shape], ["x", "mask"])
+    return scan_scalars(math.prod(full))
+
+
+@index_op(view=_masked_view, float_inputs=("x", "out_grad"), index_dtypes=("bool",),
+          host_scalars=_masked_scalars)
+def masked_select_grad(x, mask, out_grad):
+    """out = x[mask] (x and mask broadcast together, row-major order):  the k-th selected
+    element's grad is out_grad[k], the rest 0, summed over the dims x was broadcast along. The
+    position k of every element is an exclusive scan of the (broadcast) mask, walked as one flat
+    row (blocked_scan)."""
+    dt = dtype_of(out_grad)
+    xm, mm = build_options()["variant"]
+    rank = len(xm)
+    full = [mask.shape[d] if xm[d] else x.shape[d] for d in range(rank)]
+    total = i64(1)
+    for d in full:
+        total = total * d
+    direct = not any(xm)
+    if any(mm):
+        mask = te.compute(full, lambda *i: bload(mask, i, mm), name="mask_full")
+    out_dtype = dt.storage if direct else dt.compute
+    T = T_()
+
+    def flat(buf):
+        return proxy(T.decl_buffer((total,), buf.dtype, data=buf.data))
+
+    def element(L, col, i):
+        return (tirx.Select(flat(L[0]._buffer)[i], i64(1), i64(0)),)
+
+    def emit(L, O, col, i, s):
+        v = tirx.Select(flat(L[0]._buffer)[i], tc(L[1][s[0]], dt),
+                        tirx.const(0, dt.compute))
+        flat(O[0]._buffer)[i] = v.astype(dt.storage) if direct else v
+
+    (res,) = blocked_scan("masked", total, [], [mask, out_grad], [(full, out_dtype)], ("int64",),
+                          (i64(0),), lambda a, b: (a[0] + b[0],), element, emit, exclusive=True)
+    if direct:
+        return res
+    return reduce_to(full, x.shape, xm, lambda idx: res[idx], dt, "x_grad")
+
+
