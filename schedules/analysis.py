@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import tirx
 
-__all__ = ["BlockInfo", "analyze", "top_blocks"]
+__all__ = ["BlockInfo", "analyze", "top_blocks", "root_block"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -33,8 +33,13 @@ class BlockInfo:
         return [lp for lp, k in zip(self.loops, self.loop_kinds) if k == "R"]
 
 
+def root_block(sch):
+    """The function's root block (named "root" by TE, but after a lone te.extern stage)."""
+    return sch.get_sblock(sch.mod[sch.func_working_on or "main"].body.block.name_hint)
+
+
 def top_blocks(sch):
-    return list(sch.get_child_blocks(sch.get_sblock("root")))
+    return list(sch.get_child_blocks(root_block(sch)))
 
 
 def analyze(sch, block) -> BlockInfo:

@@ -23,6 +23,17 @@ PARTS = 16    # parallel partial sums of a column reduction (>= the cores of a t
 
 
 def schedule(sch, target=None):
+    """Schedule in place; a column reduction whose rfactor TVM refuses (e.g. beside te.extern
+    stages) falls back to the plain column rule, rescheduling from the original function."""
+    original = sch.mod
+    try:
+        return _schedule(sch, rfactor=True)
+    except Exception:  # noqa: BLE001 - ScheduleError / InternalError from rfactor
+        from tvm import s_tir
+        return _schedule(s_tir.Schedule(original), rfactor=False)
+
+
+def _schedule(sch, rfactor: bool):
     seen = []
     for block in top_blocks(sch):
         info = analyze(sch, block)
@@ -32,7 +43,7 @@ def schedule(sch, target=None):
         if any(outer.same_as(s) for s in seen):
             continue       # loops shared with an earlier block (multi-output compute)
         if info.is_reduction:
-            _reduction(sch, info)
+            _reduction(sch, info, rfactor)
         else:
             _spatial(sch, info.loops)
         seen.append(sch.get_sref(sch.get_loops(block)[0]))
@@ -51,7 +62,7 @@ def _fused(sch, loops):
     return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
-def _reduction(sch, info) -> None:
+def _reduction(sch, info, rfactor: bool = True) -> None:
     block = info.block
     epilogue = _epilogue(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
@@ -64,7 +75,7 @@ def _reduction(sch, info) -> None:
                 sch.set_scope(block, 0, "local")
         sch.decompose_reduction(block, reduce[0])   # zero the output even when nothing is reduced
         return
-    if len(reduce) == 1:
+    if len(reduce) == 1 and rfactor:
         _column_rfactor(sch, block, reduce[0], epilogue)
         return
     *outer_sp, last = spatial

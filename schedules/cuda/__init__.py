@@ -13,7 +13,7 @@ block would silently run on the host, so ``schedule`` raises if one is left over
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, root_block, top_blocks
 from . import _elementwise as elementwise
 from . import _reduction as reduction
 
@@ -43,7 +43,7 @@ def schedule(sch, target):
 
 def _global_scratch(sch) -> bool:
     """Does a scratch buffer stay in global memory (which a CUDA kernel cannot allocate)?"""
-    root = sch.get(sch.get_sblock("root"))
+    root = sch.get(root_block(sch))
     return any(buf.scope() == "global" for buf in root.alloc_buffers)
 
 

@@ -1,0 +1,162 @@
+"""CUDA schedule of the dense family (te_defs/matmul.py): shared-memory tiled contractions.
+
+A contraction block (annotation ``dense.main``: one M axis, one N axis, padded to their grains
+``gm`` / ``gn``) becomes one thread block per (outer index, BM x BN tile) with BM = gm, BN = gn
+(at most 64; 32 for float64 and long kernel windows), TY x TX = min(16, BM) x min(16, BN)
+threads, each accumulating a TM x TN register tile (4 x 4 for 64 x 64 tiles):
+
+    blockIdx.x/y/z = outer axes, M tile, N tile (halo rows on their own grid dims)
+    threadIdx.y / threadIdx.x: rows m = ... + ty·TM + tm, columns n = ... + tx·TN + tn
+    for outer reduction axes:              # serial
+        for ko in K / BK:                  # the staged reduction axis, in BK steps
+            every operand's tile for this step -> shared memory (all threads, coalesced)
+            for the window axes (a conv's kernel window), ki in BK:
+                acc[tm][tn] += A_shared · B_shared
+    epilogue: crop + cast acc[tm][tn] into the output
+
+The staged axis is the last reduction axis of non-constant extent (channels, or a spatial axis
+for a filter grad); BK shrinks with the window staged with it so that the tiles fit in shared
+memory. Operand copies (sources) and every other block get the generic
+rules: one thread per element, or the row/column reduction rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import cuda as generic
+from ..analysis import analyze, top_blocks
+from . import _elementwise as elementwise
+from . import _reduction as reduction
+
+__all__ = ["schedule"]
+
+# register tile per thread: TM x TN = (gm / TY) x (gn / TX), TY = min(16, gm), TX = min(16, gn)
+STAGE = 4096             # elements of one operand's shared tile per reduction step (at most)
+
+
+def _ann(sch, block) -> dict:
+    return {str(k): v for k, v in sch.get(block).annotations.items()}
+
+
+def _int(v) -> int:
+    return int(v.value) if hasattr(v, "value") else int(v)
+
+
+def schedule(sch, target):
+    mains = [b for b in top_blocks(sch) if "dense.main" in _ann(sch, b)]
+    for block in mains:
+        _contraction(sch, block)
+    seen = []
+    for block in top_blocks(sch):
+        info = analyze(sch, block)
+        if not info.loops:
+            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
+        outer = sch.get_sref(info.loops[0])
+        if any(outer.same_as(s) for s in seen):
+            continue
+        if generic._already_bound(sch, info.loops):
+            seen.append(outer)
+            continue
+        if info.is_reduction:
+            reduction.schedule(sch, info)
+        else:
+            elementwise.schedule(sch, info.loops)
+        seen.append(sch.get_sref(sch.get_loops(block)[0]))
+    generic._check_all_bound(sch)
+    return sch.mod
+
+
+def _contraction(sch, block) -> None:
+    ann = _ann(sch, block)
+    m_ax, n_ax = _int(ann["dense.m"]), _int(ann["dense.n"])
+    info = analyze(sch, block)
+    spatial, reduce = info.spatial_loops, info.reduce_loops
+    # block tile BM x BN: the grains (64 at most), halved for float64 and for long kernel
+    # windows (their unrolled taps cost registers); 16 x 16 threads at most
+    wide = str(sch.get(block).writes[0].source.dtype) == "float64"
+    taps = math.prod(_extent(sch, lp) or 1 for lp in reduce)
+    cap = 32 if wide or taps >= 18 else 64
+    BM, BN = min(cap, _int(ann["dense.gm"])), min(cap, _int(ann["dense.gn"]))
+    TY, TX = min(16, BM), min(16, BN)
+    TM, TN = BM // TY, BN // TX
+    m_o, ty, tm = sch.split(spatial[m_ax], [None, TY, TM])
+    n_o, tx, tn = sch.split(spatial[n_ax], [None, TX, TN])
+    outer = [lp for i, lp in enumerate(spatial) if i not in (m_ax, n_ax)]
+    rest = []
+    if reduce:
+        # stage along the last reduction axis of non-constant extent (a channel or spatial
+        # axis); the axes after it are a constant window staged whole, the ones before it
+        # serial loops around the stages
+        exts = [_extent(sch, lp) for lp in reduce]
+        var = [i for i, e in enumerate(exts) if e is None]
+        at = var[-1] if var else 0
+        window = math.prod(e or 1 for e in exts[at + 1:])
+        bk = _int(ann.get("dense.gk", 16))
+        while bk > 1 and bk * window * max(BM, BN) > STAGE:
+            bk //= 2
+        ko, ki = sch.split(reduce[at], [None, bk])
+        rest = [*reduce[:at], ko, *reduce[at + 1:], ki]
+        stage_at = ko
+    # grid (TVM bounds a staged halo only along a plain block index or the innermost of a
+    # fused one, and shared memory must have a constant size): the outer axes whose rows carry
+    # a halo (a conv's leading spatial dims, at most 2) get y (and z) to themselves; the rest
+    # and the M/N tiles share x (2^31 blocks)
+    sch.reorder(*outer, m_o, n_o, ty, tx, *rest, tm, tn)
+    halo_idx = [_int(v) for v in ann.get("dense.halo", [])]
+    halo = [spatial[i] for i in halo_idx]
+    plain = [lp for i, lp in zip([i for i in range(len(spatial)) if i not in (m_ax, n_ax)], outer)
+             if i not in halo_idx]
+    if len(halo) > 2:
+        raise RuntimeError("at most 2 halo axes can be bound to the CUDA grid")
+    if not halo:
+        if plain:
+            sch.bind(sch.fuse(*plain) if len(plain) > 1 else plain[0], "blockIdx.x")
+        sch.bind(m_o, "blockIdx.y")
+        sch.bind(n_o, "blockIdx.z")
+    elif len(halo) == 1:
+        sch.reorder(*plain, m_o, *halo, n_o)
+        sch.bind(sch.fuse(*plain, m_o) if plain else m_o, "blockIdx.x")
+        sch.bind(halo[0], "blockIdx.y")
+        sch.bind(n_o, "blockIdx.z")
+    else:
+        sch.reorder(*plain, m_o, n_o, *halo)
+        sch.bind(sch.fuse(*plain, m_o, n_o), "blockIdx.x")
+        sch.bind(halo[1], "blockIdx.y")
+        sch.bind(halo[0], "blockIdx.z")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    consumers = sch.get_consumers(block)
+    if len(consumers) == 1 and not analyze(sch, consumers[0]).is_reduction:
+        sch.reverse_compute_at(consumers[0], tx)           # the epilogue: crop + cast
+        sch.set_scope(block, 0, "local")
+    else:                                                  # partial results, reduced later
+        sch.reverse_compute_at(sch.cache_write(block, 0, "local"), tx)
+    if reduce:
+        ko_ref = sch.get_sref(stage_at)
+        depth = 1 + next(i for i, lp in enumerate(sch.get_loops(block))
+                         if sch.get_sref(lp).same_as(ko_ref))
+        n_reads = len(sch.get(block).reads)
+        for i in range(n_reads):
+            buf = sch.get(block).reads[i].source
+            if buf.scope() == "local":
+                continue
+            cache = sch.cache_read(block, i, "shared", consumer_blocks=[block])
+            sch.compute_at(cache, stage_at)
+            loops = sch.get_loops(cache)[depth:]
+            fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+            _, cy, cx = sch.split(fused, [None, TY, TX])
+            sch.bind(cy, "threadIdx.y")
+            sch.bind(cx, "threadIdx.x")
+        sch.unroll(tm)
+        sch.unroll(tn)
+        inner = [lp for lp in rest[rest.index(stage_at) + 1:]]
+        if math.prod(_extent(sch, lp) or 64 for lp in inner) <= 64:
+            for lp in inner:          # the staged step's taps: straight-line FMAs
+                sch.unroll(lp)
+        sch.decompose_reduction(block, rest[0])
+
+
+def _extent(sch, loop):
+    ext = sch.get(loop).extent
+    return int(ext.value) if hasattr(ext, "value") else None
