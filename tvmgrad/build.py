@@ -44,6 +44,9 @@ def compile_lowered(funcs: dict, target: Resolved):
     """Compile scheduled PrimFuncs (symbol -> func) into one module; for CUDA, check that every
     kernel really runs on the device (an unscheduled block would silently become host code)."""
     import tvm
+    if target.kind == "llvm":
+        from .fastmath import install
+        install()
     with tvm.transform.PassContext(opt_level=3):
         ex = tvm.compile(tvm.IRModule(funcs), target=target.target)
     if target.is_gpu:
@@ -76,6 +79,8 @@ def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
     if forward is not None:
         files.add(inspect.getsourcefile(type(forward.impl)))
     files.update(schedules.source_files(target_kind, pattern))
+    if target_kind == "llvm":
+        files.add(str(pathlib.Path(__file__).parent / "fastmath.py"))
     h = hashlib.sha256()
     for f in sorted(files):
         h.update(_file_digest(f).encode())

@@ -51,6 +51,8 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
     the kernel is left to the Relax pipeline (dlight on CUDA, default lowering on CPU)."""
     from tvm import relax, tirx
 
+    from .fastmath import install
+    install()          # float32 exp/erf on LLVM as vectorisable polynomials (process-wide rule)
     entry = registry.get(op)
     if not entry.available:
         raise NotImplementedError(f"{op}: not implemented")

@@ -343,6 +343,8 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
     from .bench import _copy_roofline, make_inputs
 
     resolved, ms_target = _tuning_target(target)
+    from .fastmath import install
+    install()
     database = db if isinstance(db, Database) else Database(db)
     database._load(resolved.key, dtype)               # a corrupt/foreign DB fails before any work
     builder, runner = _builder_and_runner(rpc)
