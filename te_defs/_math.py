@@ -128,3 +128,53 @@ def reciprocal(z):
         return const(1.0, z) / z
     den = z.re * z.re + z.im * z.im
     return Complex(z.re / den, -z.im / den)
+
+
+# -- complex helpers (linear algebra / complex issue) ------------------------------------------
+
+def is_cplx(z) -> bool:
+    return isinstance(z, Complex)
+
+
+def cselect(cond, a, b):
+    """``a`` where ``cond`` else ``b`` for real or complex scalars (a Complex if either is)."""
+    if isinstance(a, Complex) or isinstance(b, Complex):
+        like = a if isinstance(a, Complex) else b
+        a, b = like._lift(a) if not isinstance(a, Complex) else a, like._lift(b) if not isinstance(b, Complex) else b
+        return Complex(where(cond, a.re, b.re), where(cond, a.im, b.im))
+    return where(cond, a, b)
+
+
+def cis(theta):
+    """cos θ + i sin θ."""
+    return Complex(tirx.cos(theta), tirx.sin(theta))
+
+
+def cpow(z, e):
+    """z ** e for complex z and a real exponent e: exp(e · log z) evaluated as polar(exp(e·log|z|),
+    e·arg z), as Paddle does (so 0 ** e is 0 for e > 0, NaN for e <= 0)."""
+    if not isinstance(z, Complex):
+        return tirx.pow(z, e)
+    r = tirx.exp(e * tirx.log(tirx.hypot(z.re, z.im)))
+    t = e * tirx.atan2(z.im, z.re)
+    return Complex(r * tirx.cos(t), r * tirx.sin(t))
+
+
+def cdiv(a, b):
+    """a / b for real or complex scalars; a complex divisor by Smith's algorithm (no overflow of
+    |b|², and x / inf = 0 as std::complex division, which Paddle uses; x / 0 is NaN + NaN·i, as
+    Paddle's kernels give)."""
+    if not isinstance(b, Complex):
+        return a / b
+    if not isinstance(a, Complex):
+        a = b._lift(a)
+    big = tirx.abs(b.re) >= tirx.abs(b.im)
+    one = const(1.0, b.re)
+    # |re| >= |im|: r = im/re, den = re + im·r;  else r = re/im, den = im + re·r
+    r = where(big, b.im / where(b.re == const(0.0, b.re), one, b.re), b.re / where(b.im == const(0.0, b.im), one, b.im))
+    den = where(big, b.re + b.im * r, b.im + b.re * r)
+    re = where(big, a.re + a.im * r, a.re * r + a.im) / den
+    im = where(big, a.im - a.re * r, a.im * r - a.re) / den
+    nan = const(float("nan"), b.re)
+    zero = tirx.And(b.re == const(0.0, b.re), b.im == const(0.0, b.im))
+    return Complex(where(zero, nan, re), where(zero, nan, im))       # x / 0: NaN, as Paddle

@@ -19,9 +19,16 @@ import math
 import numpy as np
 from tvmgrad.lazy import tirx
 
+from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise, tensor_op
+from tvmgrad.families.complex import Complex
 
-from ._math import const, dtype_of, where
+from ._math import conj, const, dtype_of, exp, is_cplx, tanh, where
+
+# Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too (Paddle's convention
+# x_grad = out_grad · conj(f'(x)); checked in tests/test_complex.py). Paddle's complex exp is only
+# accurate to ~1e-7 even in complex128, so its silu/logsigmoid/softplus grads are too.
+CPLX = FLOATS + COMPLEX
 
 
 # ------------------------------------------------------------------------------------------
@@ -187,10 +194,13 @@ def gelu_grad(x, out_grad, approximate):
     return out_grad * (first + second)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def silu_grad(x, out, out_grad):
     """x_grad = out_grad · s · (1 + x · (1 − s)),  s = sigmoid(x)   (`out` is not used);
-    the limits 1 and 0 at x = +inf and −inf"""
+    the limits 1 and 0 at x = +inf and −inf. Complex: out_grad · conj(s · (1 + x · (1 − s)))"""
+    if is_cplx(x):
+        s = 1.0 / (1.0 + exp(-x))
+        return out_grad * conj(s * (1.0 + x * (1.0 - s)))
     s = _sigmoid(x)
     one, zero = const(1.0, x), const(0.0, x)
     d = where(tirx.isinf(x), where(x > zero, one, zero), s * (one + x * (one - s)))
@@ -276,9 +286,11 @@ def swiglu_grad(x, y, out_grad):
 # ------------------------------------------------------------------------------------------
 # sigmoid family
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def sigmoid_grad(out, out_grad):
-    """x_grad = out_grad · out · (1 − out)"""
+    """x_grad = out_grad · out · (1 − out)   (complex: out_grad · conj(out · (1 − out)))"""
+    if is_cplx(out):
+        return out_grad * conj(out * (1.0 - out))
     return out_grad * out * (const(1.0, out) - out)
 
 
@@ -307,9 +319,12 @@ def sigmoid_triple_grad(out, fwd_grad_out, grad_grad_x, grad_out_grad, grad_grad
     return d_out_new, (one - two * out) * ddx * d_dout_new, d_ddx
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def logsigmoid_grad(x, out_grad):
-    """x_grad = out_grad · exp(−x − m) / (exp(−m) + exp(−x − m)),  m = max(−x, 0)"""
+    """x_grad = out_grad · exp(−x − m) / (exp(−m) + exp(−x − m)),  m = max(−x, 0)
+    (complex: out_grad · conj(1 / (1 + exp(x))))"""
+    if is_cplx(x):
+        return out_grad * conj(1.0 / (1.0 + exp(x)))
     zero = const(0.0, x)
     m = where(-x > zero, -x, zero)
     e = tirx.exp(-x - m)
@@ -345,9 +360,15 @@ def hardtanh_grad(x, out_grad, t_min, t_max):
     return out_grad * _mask(tirx.And(x > _f32(t_min), x < _f32(t_max)), x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def softplus_grad(x, out_grad, beta, threshold):
-    """x_grad = beta·x > threshold ? out_grad : out_grad / (1 + exp(−beta·x))"""
+    """x_grad = beta·x > threshold ? out_grad : out_grad / (1 + exp(−beta·x))
+    (complex: Re(beta·x) > threshold ? out_grad : out_grad / conj(1 + exp(−beta·x)))"""
+    if is_cplx(x):
+        xb = x * beta
+        d = out_grad / conj(1.0 + exp(-xb))
+        big = xb.re > threshold
+        return Complex(where(big, out_grad.re, d.re), where(big, out_grad.im, d.im))
     xb = beta * x
     return where(xb > threshold, out_grad, out_grad / (const(1.0, x) + tirx.exp(-xb)))
 
@@ -364,9 +385,20 @@ def softplus_double_grad(x, grad_out, grad_x_grad, beta, threshold):
             where(xb > threshold, grad_x_grad, grad_x_grad / (one + tirx.exp(-xb))))
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def softsign_grad(x, out_grad):
-    """x_grad = out_grad / (1 + |x|)²"""
+    """x_grad = out_grad / (1 + |x|)²
+    complex: softsign(x) = x / (1 + |x|) is not holomorphic; with a = |x| the grad is
+    out_grad · ∂f/∂x + conj(out_grad) · ∂f/∂x̄ = (out_grad · (1 + a/2) − conj(out_grad) · x²/(2a))
+    / (1 + a)² (the VJP in Paddle's convention; Paddle 3.3.1 multiplies both terms by out_grad,
+    which is not a gradient; NaN at x = 0 as in Paddle)"""
+    if is_cplx(x):
+        a = tirx.hypot(x.re, x.im)
+        d = 1.0 + a
+        d2 = d * d
+        t1 = out_grad * ((1.0 + 0.5 * a) / d2)
+        t2 = conj(out_grad) * (x * x) * (0.5 / (a * d2))
+        return t1 - t2
     one = const(1.0, x)
     d = one + tirx.abs(x)
     return out_grad * (one / (d * d))
@@ -386,17 +418,24 @@ def logit_grad(x, out_grad, eps):
 # ------------------------------------------------------------------------------------------
 # tanh family
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def stanh_grad(x, out_grad, scale_a, scale_b):
-    """x_grad = out_grad · a · b · (1 − tanh(a·x)²)"""
+    """x_grad = out_grad · a · b · (1 − tanh(a·x)²)   (a, b as float32; complex: out_grad ·
+    conj(a · b · (1 − tanh(a·x)²)))"""
+    if is_cplx(x):
+        a, b = _f32(scale_a), _f32(scale_b)
+        t = tanh(x * a)
+        return out_grad * conj((1.0 - t * t) * (a * b))
     a, b = _f32(scale_a), _f32(scale_b)
     t = _tanh(a * x)
     return out_grad * a * b * (const(1.0, x) - t * t)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def tanh_grad(out, out_grad):
-    """x_grad = out_grad · (1 − out²)"""
+    """x_grad = out_grad · (1 − out²)   (complex: out_grad · conj(1 − out²))"""
+    if is_cplx(out):
+        return out_grad * conj(1.0 - out * out)
     return out_grad * (const(1.0, out) - out * out)
 
 

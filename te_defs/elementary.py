@@ -10,9 +10,16 @@ import math
 
 from tvmgrad.lazy import tirx
 
+from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import pointwise
+from tvmgrad.families.complex import Complex
 
-from ._math import const, dtype_of, where
+from ._math import cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, is_cplx, sin, sinh, sqrt, where
+from .complex_ops import mixed
+
+# Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too: their grads follow
+# Paddle's convention x_grad = out_grad · conj(f'(x)) (checked against Paddle in tests/test_complex.py).
+CPLX = FLOATS + COMPLEX
 
 
 # ------------------------------------------------------------------------------------------
@@ -44,7 +51,7 @@ def _to(v, like):
 # ------------------------------------------------------------------------------------------
 # forward op invoked by scale_grad and sign_grad
 
-@pointwise(infer_meta="UnchangedInferMeta")
+@pointwise(infer_meta="UnchangedInferMeta", dtypes=CPLX)
 def scale(x, scale, bias, bias_after_scale):
     """The forward ``scale`` op (scale_grad and sign_grad invoke it): x·scale + bias
     (bias_after_scale) or (x + bias)·scale. sign_grad = out_grad·0 + 0, so NaN where out_grad is
@@ -55,9 +62,22 @@ def scale(x, scale, bias, bias_after_scale):
 # ------------------------------------------------------------------------------------------
 # abs
 
-@pointwise
+def _abs_check(call, dts):
+    x, g = dts["x"], dts["out_grad"]
+    want = {"complex64": "float32", "complex128": "float64"}.get(x.name, x.name)
+    if g.name != want:
+        raise TypeError(f"{call.op}: input 'out_grad' has dtype {g.name}; for x of dtype {x.name} it "
+                        f"must be {want} (the dtype of abs(x))")
+
+
+@mixed(dtypes=CPLX, check=_abs_check)
 def abs_grad(x, out_grad):
-    """x_grad = x == 0 ? 0 : out_grad · (x / |x|)   (NaN at x = ±inf: inf/inf, as Paddle)"""
+    """x_grad = x == 0 ? 0 : out_grad · (x / |x|)   (NaN at x = ±inf: inf/inf, as Paddle)
+    complex x (out_grad is real, the dtype of |x|): the same formula, a complex x_grad"""
+    if is_cplx(x):
+        zero = const(0.0, x.re)
+        unit = cdiv(x, Complex(cabs(x), zero))          # complex division: NaN pairs at inf
+        return cselect(tirx.And(x.re == zero, x.im == zero), 0.0, unit * out_grad)
     return where(x == 0, 0.0, out_grad * (x / tirx.abs(x)))
 
 
@@ -77,21 +97,27 @@ def abs_triple_grad(x, grad_out_grad_grad):
 # ------------------------------------------------------------------------------------------
 # trigonometric and hyperbolic
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def sin_grad(x, out_grad):
     """x_grad = out_grad · cos(x)"""
+    if is_cplx(x):
+        return out_grad * conj(cos(x))
     return out_grad * tirx.cos(x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def cos_grad(x, out_grad):
     """x_grad = -out_grad · sin(x)"""
+    if is_cplx(x):
+        return -out_grad * conj(sin(x))
     return -out_grad * tirx.sin(x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def tan_grad(x, out_grad):
     """x_grad = out_grad / cos²(x)"""
+    if is_cplx(x):
+        return out_grad / conj(cos(x) * cos(x))
     c = tirx.cos(x)
     return out_grad / (c * c)
 
@@ -174,60 +200,78 @@ def cos_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_
     return dx, d_dout, d_ddx
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def sinh_grad(x, out_grad):
     """x_grad = out_grad · cosh(x)"""
+    if is_cplx(x):
+        return out_grad * conj(cosh(x))
     return out_grad * tirx.cosh(x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def cosh_grad(x, out_grad):
     """x_grad = out_grad · sinh(x)"""
+    if is_cplx(x):
+        return out_grad * conj(sinh(x))
     return out_grad * tirx.sinh(x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def asin_grad(x, out_grad):
     """x_grad = out_grad / √(1 - x²)   (NaN for |x| > 1, ±inf at ±1)"""
+    if is_cplx(x):
+        return out_grad / conj(sqrt(1.0 - x * x))
     return out_grad / tirx.sqrt(1.0 - x * x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def acos_grad(x, out_grad):
     """x_grad = -out_grad / √(1 - x²)   (NaN for |x| > 1, ±inf at ±1)"""
+    if is_cplx(x):
+        return -out_grad / conj(sqrt(1.0 - x * x))
     return -out_grad / tirx.sqrt(1.0 - x * x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def atan_grad(x, out_grad):
     """x_grad = out_grad / (1 + x²)"""
+    if is_cplx(x):
+        return out_grad / conj(1.0 + x * x)
     return out_grad / (1.0 + x * x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def asinh_grad(x, out_grad):
     """x_grad = out_grad / √(x² + 1)"""
+    if is_cplx(x):
+        return out_grad / conj(sqrt(x * x + 1.0))
     return out_grad / tirx.sqrt(x * x + 1.0)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def acosh_grad(x, out_grad):
     """x_grad = out_grad / √(x² - 1)   (NaN for |x| < 1, inf at ±1; defined for x ≤ -1 too)"""
+    if is_cplx(x):
+        return out_grad / conj(sqrt(x * x - 1.0))
     return out_grad / tirx.sqrt(x * x - 1.0)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def atanh_grad(x, out_grad):
     """x_grad = out_grad / (1 - x²)   (finite, negative for |x| > 1, as Paddle)"""
+    if is_cplx(x):
+        return out_grad / conj(1.0 - x * x)
     return out_grad / (1.0 - x * x)
 
 
 # ------------------------------------------------------------------------------------------
 # exponentials and logarithms
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def exp_grad(out, out_grad):
     """x_grad = out_grad · out"""
+    if is_cplx(out):
+        return out_grad * conj(out)
     return out_grad * out
 
 
@@ -237,15 +281,19 @@ def exp_double_grad(out, grad_out, grad_x_grad):
     return grad_x_grad * grad_out, grad_x_grad * out
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def expm1_grad(out, out_grad):
     """x_grad = out_grad · out + out_grad"""
+    if is_cplx(out):
+        return out_grad * conj(out) + out_grad
     return out_grad * out + out_grad
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def log_grad(x, out_grad):
     """x_grad = out_grad · (1 / x)"""
+    if is_cplx(x):
+        return out_grad * conj(cdiv(1.0, x))
     return out_grad * (1.0 / x)
 
 
@@ -255,21 +303,27 @@ def log_double_grad(x, grad_out, grad_x_grad):
     return -grad_out * grad_x_grad / (x * x), grad_x_grad / x
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def log2_grad(x, out_grad):
     """x_grad = out_grad / (x · ln 2)"""
+    if is_cplx(x):
+        return cdiv(out_grad, conj(x * math.log(2.0)))
     return out_grad / (x * const(math.log(2.0), x))
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def log10_grad(x, out_grad):
     """x_grad = out_grad / (x · ln 10)"""
+    if is_cplx(x):
+        return cdiv(out_grad, conj(x * 2.3025850929940456))
     return out_grad / (x * const(2.3025850929940456, x))
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def log1p_grad(x, out_grad):
     """x_grad = out_grad · (1 / (x + 1))"""
+    if is_cplx(x):
+        return cdiv(out_grad, conj(x + 1.0))
     return out_grad * (1.0 / (x + 1.0))
 
 
@@ -282,9 +336,11 @@ def erf_grad(x, out_grad):
 # ------------------------------------------------------------------------------------------
 # powers
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def sqrt_grad(out, out_grad):
     """x_grad = 0.5 · out_grad / out"""
+    if is_cplx(out):
+        return cdiv(0.5 * out_grad, conj(out))
     return 0.5 * out_grad / out
 
 
@@ -306,9 +362,11 @@ def rsqrt_double_grad(out, grad_x, grad_x_grad):
     return (3.0 / out) * grad_x * grad_x_grad, grad_x_grad * -0.5 * out * out * out
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def square_grad(x, out_grad):
     """x_grad = 2 · out_grad · x"""
+    if is_cplx(x):
+        return out_grad * conj(2.0 * x)
     return out_grad * 2.0 * x
 
 
@@ -318,17 +376,23 @@ def square_double_grad(x, grad_out, grad_x_grad):
     return grad_x_grad * 2.0 * grad_out, grad_x_grad * 2.0 * x
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def reciprocal_grad(out, out_grad):
     """x_grad = -out_grad · out²"""
+    if is_cplx(out):
+        return -out_grad * conj(out * out)
     return -out_grad * out * out
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def pow_grad(x, out_grad, y):
     """x_grad = y == 0 ? 0 : out_grad · y · x^(y-1)
     y is used as float32 (Paddle's ``factor.to<float>()``), also for float64 inputs; y == 0 gives 0
     everywhere (even where x = 0 or out_grad is inf/NaN), as Paddle."""
+    if is_cplx(x):                      # out_grad · conj(y · x^(y-1))
+        yf = _f32(y)
+        e = _to(yf, x.re)
+        return cselect(yf == 0.0, 0.0, out_grad * conj(cpow(x, e - 1.0) * e))
     yf = _f32(y)
     e = _to(yf, x)
     return where(yf == 0.0, 0.0, out_grad * e * tirx.pow(x, e - 1.0))
@@ -402,9 +466,13 @@ def ceil_grad(out_grad):
     return _times_zero(out_grad)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def round_grad(out_grad):
-    """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
+    """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle; complex: both parts)"""
+    if is_cplx(out_grad):
+        z = where(tirx.And(tirx.isfinite(out_grad.re), tirx.isfinite(out_grad.im)), 0.0,
+                  const(float("nan"), out_grad.re))
+        return Complex(z, z)
     return _times_zero(out_grad)
 
 
@@ -429,7 +497,7 @@ def clip_double_grad(x, grad_x_grad, min, max):
 # ------------------------------------------------------------------------------------------
 # random ops: the output does not depend on x
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def gaussian_inplace_grad(out_grad, mean, std, seed):
     """x_grad = 0   (x is overwritten by the random fill; zeros even for inf/NaN out_grad)"""
     return 0.0

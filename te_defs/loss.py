@@ -9,7 +9,7 @@ compute in float32. Notes on where Paddle's kernel misbehaves are in the docstri
 from __future__ import annotations
 
 import numpy as np
-from tvm import te, tirx
+from tvmgrad.lazy import te, tirx
 
 from tvmgrad.families import OpError, pointwise
 

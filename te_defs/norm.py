@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from tvm import te, tirx
+from tvmgrad.lazy import te, tirx
 
 from tvmgrad.dtypes import HALF, dtype as as_dtype, to_compute
 from tvmgrad.families import OpError, pointwise

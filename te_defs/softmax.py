@@ -10,7 +10,7 @@ size 1) or ``(pre, n, post)``, so one kernel serves every rank and axis; reducti
 from __future__ import annotations
 
 import numpy as np
-from tvm import te, tirx
+from tvmgrad.lazy import te, tirx
 
 from ._math import const, where
 from .norm import FLOAT_LIKE, axis_view, canonical, cdtype, ld, store, view_op

@@ -51,9 +51,10 @@ def _build_group(job):
             for inputs, attrs in calls:
                 call = bind(entry.spec, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
                 plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
-                if plan.make is None or plan.symbol in funcs:
+                if plan.make is None:
                     continue
-                funcs[plan.symbol] = lower(plan, target)["main"]
+                if plan.symbol not in funcs:  # ops sharing a kernel (invoke ops) compile it once
+                    funcs[plan.symbol] = lower(plan, target)["main"]
                 plans.append((op, plan.symbol))
         source = device_source(compile_lowered(funcs, target)) if funcs else ""
         stats = {}

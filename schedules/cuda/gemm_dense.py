@@ -70,6 +70,9 @@ def schedule(sch, target):
 def _contraction(sch, block) -> None:
     ann = _ann(sch, block)
     m_ax, n_ax = _int(ann["dense.m"]), _int(ann["dense.n"])
+    if _tensor_core_ok(sch, block, ann):
+        _wmma(sch, block, ann)
+        return
     info = analyze(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
     # block tile BM x BN: the grains (64 at most), halved for float64 and for long kernel
@@ -160,3 +163,86 @@ def _contraction(sch, block) -> None:
 def _extent(sch, loop):
     ext = sch.get(loop).extent
     return int(ext.value) if hasattr(ext, "value") else None
+
+
+# ------------------------------------------------------------------------------------------
+# tensor cores (float16 GEMMs)
+
+def _tensor_core_ok(sch, block, ann) -> bool:
+    """A float16 GEMM (``dense.tc``: [*batch, m, n] += a[m, k]·b[k, n], one reduction) whose
+    grains are multiples of 16 and whose indices are int32 (the WMMA intrinsics' strides)."""
+    if not _int(ann.get("dense.tc", 0)):
+        return False
+    info = analyze(sch, block)
+    spatial, reduce = info.spatial_loops, info.reduce_loops
+    m_ax, n_ax = _int(ann["dense.m"]), _int(ann["dense.n"])
+    if len(reduce) != 1 or (m_ax, n_ax) != (len(spatial) - 2, len(spatial) - 1):
+        return False
+    if _int(ann["dense.gm"]) % 16 or _int(ann["dense.gn"]) % 16 or _int(ann.get("dense.gk", 16)) % 16:
+        return False
+    return str(sch.get(spatial[0]).loop_var.ty) == "int32"
+
+
+def _wmma(sch, block, ann) -> None:
+    """WMMA 16x16x16 (float16 in, float32 accumulate): a thread block computes BM x BN with
+    WY x WX warps of FM x FN fragments; per 16-deep k step both operand tiles go to shared memory
+    (128-bit loads), then to fragments; the accumulators are stored to the contraction's buffer
+    and the epilogue (crop + cast) runs as its own kernel."""
+    from tvm.s_tir.tensor_intrin import cuda as intrin
+    info = analyze(sch, block)
+    spatial, (k,) = info.spatial_loops, info.reduce_loops
+    *batch, m, n = spatial
+    BM, BN = min(64, _int(ann["dense.gm"])), min(64, _int(ann["dense.gn"]))
+    WY, WX = max(1, BM // 32), max(1, BN // 32)
+    FM, FN = BM // (16 * WY), BN // (16 * WX)
+    m0, m1, m2, m3 = sch.split(m, [None, WY, FM, 16])
+    n0, n1, n2, n3 = sch.split(n, [None, WX, FN, 16])
+    k0, k1 = sch.split(k, [None, 16])
+    sch.reorder(*batch, m0, n0, m1, n1, k0, m2, n2, m3, n3, k1)
+    if batch:
+        sch.bind(sch.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.x")
+    sch.bind(m0, "blockIdx.y")
+    sch.bind(n0, "blockIdx.z")
+    warp = sch.fuse(m1, n1)
+    sch.bind(warp, "threadIdx.y")
+    def read_index(suffix):
+        reads = [r.source.name for r in sch.get(block).reads]
+        return next(i for i, name in enumerate(reads) if name.endswith(suffix))
+
+    acc = sch.cache_write(block, 0, "wmma.accumulator")
+    sch.reverse_compute_at(acc, warp)
+    for suffix in ("_a", "_b"):
+        sh = sch.cache_read(block, read_index(suffix), "shared", consumer_blocks=[block])
+        sch.compute_at(sh, k0)
+        fused = sch.fuse(*sch.get_loops(sh)[-2:])       # the tile's rows x 16 (or 16 x cols)
+        _, ty, tx, vec = sch.split(fused, [None, WY * WX, 32, 8])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(vec)
+        sch.storage_align(sh, 0, axis=-2, factor=32, offset=8)
+    # (fragment loads land under k0, after the shared copies, for the warp's rows / columns)
+    fa = sch.cache_read(block, read_index("_a_shared"), "wmma.matrix_a")
+    fb = sch.cache_read(block, read_index("_b_shared"), "wmma.matrix_b")
+    # fragment loads: 16 x 16 tiles
+    la = sch.get_loops(fa)[-2:]
+    a_o, a_i = sch.split(la[0], [None, 16])
+    sch.reorder(a_o, a_i, la[1])
+    print('T load_a', flush=True); print(sch.mod.script()[-6000:], flush=True) if __import__('os').environ.get('DBG') else None
+    sch.tensorize(a_i, intrin.WMMA_LOAD_16x16x16_F16_A_INTRIN)
+    lb = sch.get_loops(fb)[-2:]
+    b_o, b_i = sch.split(lb[1], [None, 16])
+    sch.reorder(b_o, lb[0], b_i)
+    print('T load_b', flush=True)
+    sch.tensorize(lb[0], intrin.WMMA_LOAD_16x16x16_F16_B_INTRIN)
+    # accumulator store: 16 x 16 tiles into the contraction's (global) buffer
+    ls = sch.get_loops(acc)[-2:]
+    s_mo, s_mi = sch.split(ls[0], [None, 16])
+    s_no, s_ni = sch.split(ls[1], [None, 16])
+    sch.reorder(s_mo, s_no, s_mi, s_ni)
+    print('T store', flush=True)
+    sch.tensorize(s_mi, intrin.WMMA_STORE_16x16x16_F32_GLOBAL_INTRIN)
+    init = sch.decompose_reduction(block, k0)
+    print('T fill', flush=True)
+    sch.tensorize(sch.get_loops(init)[-2], intrin.WMMA_FILL_16x16x16_F32_INTRIN)
+    print('T sync', flush=True)
+    sch.tensorize(m3, intrin.WMMA_SYNC_16x16x16_f16f16f32_INTRIN)

@@ -1,7 +1,8 @@
 """CUDA schedule of the sampling grads (te_defs/interp.py, roi.py, signal.py).
 
 * annotated owner blocks (``tvmgrad.loops``): the ``p`` and ``i`` loops are fused and split over
-  blocks of 256 threads, ``s`` loops run serially in each thread;
+  blocks of 256 threads (only ``p`` loops: the outer ones on blockIdx.y, the last one split over
+  blockIdx.x × 256 threads), ``s`` loops run serially in each thread;
 * gathers written as TE reductions: one thread per output element, fused over the spatial loops;
   it accumulates in a register and writes once (the cast back to half of a following
   elementwise block runs in the same thread);
@@ -92,11 +93,22 @@ def _epilogue(sch, block):
 
 
 def _annotated(sch, block, kinds) -> None:
+    """``p``/``i`` loops onto threads. Owner blocks (only ``p`` loops, e.g. one per (n, c)
+    plane): the outer ones fused onto blockIdx.y and the last split over blockIdx.x ×
+    threadIdx.x, so a thread finds its (n, c) without 64-bit division (which TVM re-evaluates at
+    every use, costing registers and spills in the long serial loops)."""
     loops = sch.get_loops(block)
     assert len(loops) == len(kinds), (kinds, len(loops))
     par = [lp for lp, k in zip(loops, kinds) if k in "pi"]
     if not par:
         par = [sch.add_unit_loop(loops[0] if loops else block)]
+    if "i" not in kinds and len(par) > 1:
+        outer = sch.fuse(*par[:-1]) if len(par) > 2 else par[0]
+        bx, tx = sch.split(par[-1], [None, THREADS])
+        sch.bind(outer, "blockIdx.y")
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        return
     _threads(sch, par)
 
 

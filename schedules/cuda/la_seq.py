@@ -4,8 +4,10 @@ units.
 * sequential units (spatial sblocks inside a ``te.extern``: a triangular solve per batch element and
   right-hand-side column, an LU factorisation per matrix, ...): one thread per unit, UNIT_THREADS
   per block;
-* reductions (batched matrix products, per-batch sums): one thread per output element, the
-  reduction a serial loop accumulating in a register;
+* matrix products (sblock attr ``la.kind`` = "matmul"): a thread block per (batch, row) and strip
+  of MM_THREADS columns, one thread per output element, the k loop serial in a register;
+* other reductions (per-batch sums): one thread per output element, the reduction a serial loop
+  accumulating in a register;
 * elementwise blocks: the generic rule (one thread per element).
 
 Every block ends up bound to threads (checked).
@@ -20,6 +22,7 @@ __all__ = ["schedule", "units", "check_bound"]
 
 UNIT_THREADS = 64
 RED_THREADS = 128
+MM_THREADS = 32
 
 
 def schedule(sch, target=None):
@@ -51,6 +54,9 @@ def units(sch, block, threads: int = UNIT_THREADS) -> None:
 
 
 def reduction(sch, info) -> None:
+    ann = {str(k): v for k, v in sch.get(info.block).annotations.items()}
+    if str(ann.get("la.kind", "")) == "matmul" and len(info.spatial_loops) >= 2 and len(info.reduce_loops) == 1:
+        return _matmul(sch, info)
     block = info.block
     spatial = info.spatial_loops
     fused = sch.fuse(*spatial) if len(spatial) > 1 else (spatial[0] if spatial else sch.add_unit_loop(block))
@@ -60,6 +66,28 @@ def reduction(sch, info) -> None:
     local = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(local, tx)
     sch.decompose_reduction(block, info.reduce_loops[0])
+
+
+def _matmul(sch, info) -> None:
+    """C[b.., i, j(, pair)] = Σ_k: blockIdx.x = (batch.., i), blockIdx.y / threadIdx.x = the
+    columns (pair included) in MM_THREADS-wide strips, the k loop serial in a register. No
+    division in the k loop (a fused (b, i, j) index would need 64-bit divisions per load)."""
+    block = info.block
+    spatial, (k,) = info.spatial_loops, info.reduce_loops
+    ext = sch.get(spatial[-1]).extent
+    inner = 2 if len(spatial) >= 3 and hasattr(ext, "value") and int(ext.value) == 2 else 1
+    rows = spatial[: len(spatial) - 1 - inner]
+    cols = spatial[len(spatial) - 1 - inner:]
+    row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+    col = sch.fuse(*cols) if len(cols) > 1 else cols[0]
+    co, ci = sch.split(col, [None, MM_THREADS])
+    sch.reorder(row, co, ci, k)
+    sch.bind(row, "blockIdx.x")
+    sch.bind(co, "blockIdx.y")
+    sch.bind(ci, "threadIdx.x")
+    local = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(local, ci)
+    sch.decompose_reduction(block, k)
 
 
 def _bound(sch, loops) -> bool:

@@ -98,20 +98,24 @@ def ConcatInferMeta(x, axis):
     return (TensorMeta(shape, x[0].dtype),)
 
 
-@register
-def StackInferMeta(x, axis):
-    """out: the (equal-shaped) inputs stacked along a new dim ``axis``."""
-    x = _need_list(x, "x")
-    _same_dtype(x, "x")
+def _stack(x, axis, what):
+    x = _need_list(x, what)
+    _same_dtype(x, what)
     for i, m in enumerate(x):
         if m.shape != x[0].shape:
-            raise MetaError(f"x[{i}] has shape {list(m.shape)} but x[0] has {list(x[0].shape)}; "
-                            f"stacked tensors must have equal shapes")
+            raise MetaError(f"{what}[{i}] has shape {list(m.shape)} but {what}[0] has "
+                            f"{list(x[0].shape)}; stacked tensors must have equal shapes")
     rank = x[0].ndim
     ax = norm_axis(int(axis), rank, extra=1)
     shape = list(x[0].shape)
     shape.insert(ax, len(x))
     return (TensorMeta(shape, x[0].dtype),)
+
+
+@register
+def StackInferMeta(x, axis):
+    """out: the (equal-shaped) inputs stacked along a new dim ``axis``."""
+    return _stack(x, axis, "x")
 
 
 @register
@@ -128,7 +132,7 @@ def StackGradInferMeta(out_grad, axis):
 @register
 def UnStackGradInferMeta(out_grad, axis):
     """x_grad: the out_grad pieces stacked along ``axis``."""
-    return StackInferMeta(_need_list(out_grad, "out_grad"), axis)
+    return _stack(out_grad, axis, "out_grad")
 
 
 @register
@@ -138,6 +142,8 @@ def MeshgridGradInferMeta(inputs, outputs_grad):
     grads = _need_list(outputs_grad, "outputs_grad")
     if len(grads) != len(inputs):
         raise MetaError(f"outputs_grad has {len(grads)} tensors but inputs has {len(inputs)}")
+    if len(inputs) < 2:
+        raise MetaError("meshgrid_grad needs at least 2 inputs (as Paddle's MeshgridGradInferMeta)")
     for i, m in enumerate(inputs):
         if m.ndim > 1:
             raise MetaError(f"inputs[{i}] has rank {m.ndim}; meshgrid takes 0-D or 1-D tensors")

@@ -1,0 +1,158 @@
+"""CPU schedule of the attention grads (te_defs/attention.py): tiled, never an S x S buffer.
+
+* dK/dV main block (``attn.main`` = kv; loops b, kh, j, d | reduce g, i):
+
+      parallel for (b, kh, 64-key tile):
+          acc_dk, acc_dv [64, D] = 0
+          for g, 64-row tile:
+              S, dP [64, 64] = q·K^T, dO·V^T      (row, d, key: the key axis vectorised)
+              P, dS [64, 64]                      (vectorised along the keys)
+              for key, row: acc[key, :] += dS/P[row, key] · q/dO[row, :]   (d vectorised)
+          epilogue: dK = s·acc_dk, dV = acc_dv (64 x D)
+
+* dQ main block (``attn.main`` = q): parallel over (b, h, 64-row tile), tiles recomputed per
+  64-key block, acc[row, :] += dS[row, key]·K[key, :].
+* bias grad (``attn.main`` = bias): parallel over 64 x 64 output tiles, the tile stages per
+  (broadcast batch, head).
+* the tile stages (``attn.tile``) are computed at the tile loops above; the sources, Δ, lse and the
+  output assembly are plain parallel loops.
+
+All sequence extents of the tile stages are multiples of 64 (te_defs/attention.GRAIN), so the
+tiles need no bounds checks (the bias grad's, over the unpadded output, have them).
+"""
+
+from __future__ import annotations
+
+from ..analysis import analyze, top_blocks
+from .rnn_plain import per_block
+
+__all__ = ["schedule"]
+
+TILE = 64
+ROWS = 4      # tile rows sharing one load of a K^T / V^T row (register blocking)
+
+
+def _ann(sch, block) -> dict:
+    return {str(k): str(v) for k, v in sch.get(block).annotations.items()}
+
+
+def schedule(sch, target=None):
+    for block in top_blocks(sch):
+        role = _ann(sch, block).get("attn.main")
+        if role == "kv":
+            _kv(sch, block)
+        elif role == "q":
+            _q(sch, block)
+        elif role == "bias":
+            _bias(sch, block)
+    per_block(sch)
+    return sch.mod
+
+
+def _tiles_under(sch, main, loop) -> None:
+    """compute_at every tile stage feeding ``main`` at ``loop`` (consumers first), then give each
+    its loop order: S/dP as (row, d, key) with the key axis vectorised, P/dS vectorised."""
+    placed = {_key(sch, main)}
+    pending = _tile_producers(sch, main)
+    done = []
+    while pending:
+        for blk in pending:
+            if all(_key(sch, c) in placed for c in sch.get_consumers(blk)):
+                sch.compute_at(blk, loop)
+                placed.add(_key(sch, blk))
+                done.append(_name(sch, blk))
+                pending = [b for b in pending if _key(sch, b) != _key(sch, blk)]
+                for p in _tile_producers(sch, blk):
+                    if _key(sch, p) not in placed and all(_key(sch, p) != _key(sch, q) for q in pending):
+                        pending.append(p)
+                break
+        else:
+            raise RuntimeError(f"attention tiles: cannot place {[_name(sch, b) for b in pending]}")
+    for name in done:
+        blk = sch.get_sblock(name)
+        loops = sch.get_loops(blk)
+        info = analyze(sch, blk)
+        if info.is_reduction:
+            r, c, d = loops[-3:]
+            ro, ri = _split_div(sch, r, ROWS)
+            sch.reorder(ro, d, ri, c)
+            if ri is not None:
+                sch.unroll(ri)
+            sch.vectorize(c)
+            sch.decompose_reduction(blk, d)
+        elif str(sch.get(blk).writes[0].source.dtype) == "float32":
+            # float64: tirx.exp stays a libm call; an explicitly vectorised float64 exp does not
+            # lower since tvmgrad.fastmath's rule (it returns non-float32 calls unchanged)
+            sch.vectorize(loops[-1])
+
+
+def _split_div(sch, loop, factor):
+    """(outer, inner) with inner = factor when it divides the loop's constant extent, else
+    (loop, None)."""
+    ext = sch.get(loop).extent
+    if hasattr(ext, "value") and int(ext.value) % factor == 0 and int(ext.value) > factor:
+        return tuple(sch.split(loop, [None, factor]))
+    return loop, None
+
+
+def _tile_producers(sch, block):
+    return [p for p in sch.get_producers(block) if "attn.tile" in _ann(sch, p)]
+
+
+def _key(sch, block):
+    return _name(sch, block)
+
+
+def _name(sch, block) -> str:
+    return sch.get(block).name_hint
+
+
+def _epilogues(sch, main):
+    return [c for c in sch.get_consumers(main) if "attn.epilogue" in _ann(sch, c)]
+
+
+def _kv(sch, block) -> None:
+    b, kh, j, d, g, i = sch.get_loops(block)
+    jb, jc = sch.split(j, [None, TILE])
+    ib, ir = sch.split(i, [None, TILE])
+    jco, jci = sch.split(jc, [None, 2])
+    sch.reorder(b, kh, jb, g, ib, jco, ir, jci, d)
+    par = sch.fuse(b, kh, jb)
+    sch.parallel(par)
+    sch.unroll(jci)
+    sch.vectorize(d)
+    _tiles_under(sch, block, ib)
+    for ep in _epilogues(sch, block):
+        sch.reverse_compute_at(ep, par)
+    sch.decompose_reduction(block, g)
+
+
+def _q(sch, block) -> None:
+    b, h, i, d, j = sch.get_loops(block)
+    ib, ir = sch.split(i, [None, TILE])
+    jb, jc = sch.split(j, [None, TILE])
+    iro, iri = sch.split(ir, [None, ROWS])
+    sch.reorder(b, h, ib, jb, iro, jc, iri, d)
+    par = sch.fuse(b, h, ib)
+    sch.parallel(par)
+    sch.unroll(iri)
+    sch.vectorize(d)
+    _tiles_under(sch, block, jb)
+    for ep in _epilogues(sch, block):
+        sch.reverse_compute_at(ep, par)
+    sch.decompose_reduction(block, jb)
+
+
+def _bias(sch, block) -> None:
+    info = analyze(sch, block)
+    spatial, reduce = info.spatial_loops, info.reduce_loops
+    *lead, i, j = spatial
+    ib, ir = sch.split(i, [None, TILE])
+    jb, jc = sch.split(j, [None, TILE])
+    sch.reorder(*lead, ib, jb, *reduce, ir, jc)
+    par = sch.fuse(*lead, ib, jb)
+    sch.parallel(par)
+    _tiles_under(sch, block, reduce[-1])
+    for ep in _epilogues(sch, block):
+        sch.reverse_compute_at(ep, par)
+    sch.decompose_reduction(block, reduce[0])

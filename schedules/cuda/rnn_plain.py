@@ -1,0 +1,53 @@
+"""CUDA schedule for multi-stage kernels whose stages pass data through global scratch buffers
+(te_defs/detection.py's per-box table, the assembly stages of the attention and recurrent
+kernels): every stage is its own launch, one thread per element (spatial blocks) or per output
+(reductions, the reduced loops serial in the thread — they are short in these kernels). Unlike
+the generic rules it never hands such kernels to dlight. Every block ends up bound (checked)."""
+
+from __future__ import annotations
+
+from .. import cuda as generic
+from ..analysis import analyze, top_blocks
+from . import _elementwise as elementwise
+
+__all__ = ["schedule", "per_element"]
+
+RED_THREADS = 128
+
+
+def schedule(sch, target=None):
+    per_element(sch)
+    generic._check_all_bound(sch)
+    return sch.mod
+
+
+def per_element(sch) -> None:
+    """Bind every not yet bound top-level block: one thread per element / per reduced output."""
+    seen = []
+    for block in top_blocks(sch):
+        info = analyze(sch, block)
+        if not info.loops:
+            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
+        outer = sch.get_sref(info.loops[0])
+        if any(outer.same_as(s) for s in seen) or generic._already_bound(sch, info.loops):
+            seen.append(outer)
+            continue
+        if info.is_reduction:
+            thread_per_output(sch, info)
+        else:
+            elementwise.schedule(sch, info.loops)
+        seen.append(sch.get_sref(sch.get_loops(block)[0]))
+
+
+def thread_per_output(sch, info) -> None:
+    block = info.block
+    spatial = info.spatial_loops
+    if spatial:
+        sch.reorder(*spatial, *info.reduce_loops)
+        fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+    else:
+        fused = sch.add_unit_loop(info.loops[0])
+    bx, tx = sch.split(fused, [None, RED_THREADS])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    sch.decompose_reduction(block, info.reduce_loops[0])

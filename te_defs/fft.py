@@ -1,0 +1,399 @@
+"""FFT grads (fft_c2c_grad, fft_r2c_grad, fft_c2r_grad): real O(n log n) FFTs in TIR.
+
+A grad of an FFT is an FFT in the other direction with the same normalisation factor (Paddle's
+fft_grad_kernel_impl.h): ``norm`` = none / 1/N / 1/√N from (normalization, forward) as
+``get_norm_from_string`` (N = the product of the signal's sizes along ``axes``):
+
+* fft_c2c_grad: x_grad = norm · DFT_{+ if forward else -}(out_grad) over ``axes``;
+* fft_r2c_grad: out_grad zero-padded along the last axis to x's size (onesided), the c2c
+  transform, the real part;
+* fft_c2r_grad: the r2c transform of the real out_grad (the first n // 2 + 1 bins along the last
+  axis), the bins 1 .. n - n//2 - 1 doubled (they stand for their conjugate twins).
+
+The transform runs one axis at a time on flat complex buffers seen as (outer, L, inner):
+
+* L a power of two: Stockham radix-2 autosort, log2 L stages, each a TIR sblock over the L/2
+  butterflies of every line (parallel / one CUDA thread per butterfly), ping-ponging between the
+  two halves of a work buffer; the stage loop runs on the host (a kernel launch per stage on CUDA);
+* other L: Bluestein's chirp-z algorithm, a convolution done with three power-of-two FFTs of
+  size M >= 2L - 1 (the chirp angles π·(j² mod 2L)/L stay exact).
+
+One kernel serves every size whose "power of two" pattern over the axes matches (log2 L, M, log2 M
+are runtime arguments). Complex numbers are float pairs (a trailing dim of 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
+from tvmgrad.families.base import Arg, OpImpl, Plan
+from tvmgrad.families.complex import Complex
+from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
+from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: F401
+from tvmgrad.lazy import te, tirx
+
+__all__ = ["FFTOp"]
+
+_REAL = {"complex64": "float32", "complex128": "float64"}
+_CPLX = {"float32": "complex64", "float64": "complex128", "float16": "complex64", "bfloat16": "complex64"}
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _log2(n: int) -> int:
+    return max(n, 1).bit_length() - 1
+
+
+def _norm(normalization: str, forward: bool) -> str:
+    """Paddle's get_norm_from_string: "none", "by_n" or "by_sqrt_n"."""
+    if normalization == "backward":
+        return "none" if forward else "by_n"
+    if normalization == "forward":
+        return "by_n" if forward else "none"
+    return "by_sqrt_n"
+
+
+class FFTOp(OpImpl):
+    """An FFT grad (module docstring); ``kind`` is "c2c", "r2c" or "c2r"."""
+
+    family_kind = "tensor"
+
+    def __init__(self, fn, *, kind: str, **options):
+        super().__init__(fn, **options)
+        self.kind = kind
+
+    # -- planning -------------------------------------------------------------------------------
+    def plan(self, call, outs) -> Plan:
+        spec, op, attrs = call.spec, call.op, call.attrs
+        g = call.meta("out_grad")
+        want = COMPLEX if self.kind in ("c2c", "r2c") else FLOATS
+        if g.dtype.name not in want:
+            raise TypeError(f"{op}: input 'out_grad' has dtype {g.dtype.name}; {op} supports "
+                            f"{', '.join(want)}")
+        if attrs["normalization"] not in ("backward", "forward", "ortho"):
+            raise ValueError(f"{op}: attribute 'normalization' is {attrs['normalization']!r}; it must be "
+                             f"'backward', 'forward' or 'ortho'")
+        rank = g.ndim
+        axes = []
+        for a in attrs["axes"]:
+            if not -rank <= a < rank:
+                raise ValueError(f"{op}: attribute 'axes' holds {a}, out of range for out_grad of rank {rank}")
+            axes.append(a % rank)
+        if not axes:
+            raise ValueError(f"{op}: attribute 'axes' must not be empty")
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{op}: attribute 'axes' has repeated axes {list(attrs['axes'])}")
+        out = outs[0]
+        if self.kind == "r2c":
+            x = call.meta("x")
+            if x.ndim != rank:
+                raise ValueError(f"{op}: x has rank {x.ndim} but out_grad has rank {rank}")
+            signal = tuple(x.shape)
+            last = axes[-1]
+            for d in range(rank):
+                n_g, n_x = g.shape[d], x.shape[d]
+                expect = n_x // 2 + 1 if (d == last and attrs["onesided"]) else n_x
+                if n_g != expect:
+                    raise ValueError(f"{op}: out_grad has shape {list(g.shape)}; for x of shape "
+                                     f"{list(x.shape)} (onesided={attrs['onesided']}) it must be "
+                                     f"{[x.shape[i] // 2 + 1 if (i == last and attrs['onesided']) else x.shape[i] for i in range(rank)]}")
+            if not x.dtype.is_float:
+                raise TypeError(f"{op}: input 'x' has dtype {x.dtype.name}; it must be a float dtype "
+                                f"(x_grad gets it)")
+        else:
+            signal = tuple(g.shape)
+            if self.kind == "c2r" and attrs["last_dim_size"] > 0 and g.shape[axes[-1]] != attrs["last_dim_size"]:
+                raise ValueError(f"{op}: out_grad has size {g.shape[axes[-1]]} along axis {axes[-1]} but "
+                                 f"last_dim_size is {attrs['last_dim_size']}; they must match")
+        pow2 = tuple(_pow2(signal[a]) or signal[a] == 0 for a in axes)
+        norm = _norm(attrs["normalization"], attrs["forward"])
+        sign = 1.0 if attrs["forward"] else -1.0        # the grad runs the other direction
+        n_sig = math.prod(signal[a] for a in axes)
+        scale = {"none": 1.0, "by_n": 1.0 / max(n_sig, 1), "by_sqrt_n": 1.0 / math.sqrt(max(n_sig, 1))}[norm]
+        # direction and normalization are runtime arguments: one kernel serves all of them
+        key = ("fft", op, g.dtype.name, out.dtype.name, rank, tuple(axes), pow2)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        scalars = []
+        for a, p in zip(axes, pow2):
+            n = signal[a]
+            if p:
+                scalars.append((f"l2_{a}", _log2(n)))
+            else:
+                m = 1 << (2 * n - 2).bit_length() if n > 1 else 1
+                scalars += [(f"m_{a}", m), (f"l2m_{a}", _log2(m))]
+        real = as_dtype(g.dtype.name if self.kind != "c2r" else _CPLX[g.dtype.name]).storage
+        args = [Arg("input", "out_grad")]
+        args += [Arg("scalar", name, dtype="int64", value=int(v)) for name, v in scalars]
+        args += [Arg("scalar", "fft_sign", dtype=real, value=sign),
+                 Arg("scalar", "fft_scale", dtype=real, value=scale)]
+        args.append(Arg("output", spec.outputs[0].name))
+        cdt = g.dtype.name if self.kind != "c2r" else _CPLX[g.dtype.name]
+        return Plan(key=key, symbol=f"{op}_{g.dtype.name}_{digest}",
+                    make=lambda: self._make(spec, g, out, rank, axes, pow2, cdt, [n for n, _ in scalars]),
+                    args=tuple(args), pattern="fft_stages")
+
+    # -- TE / TIR -------------------------------------------------------------------------------
+    def _make(self, spec, g, out, rank, axes, pow2, cdt, scalar_names):
+        cd = as_dtype(cdt)
+        real = cd.storage                                   # float32 / float64
+        dims = [te.var(f"d{i}", "int64") for i in range(rank)]     # the signal's dims
+        scal = {n: te.var(n, "int64") for n in scalar_names}
+        sign = te.var("fft_sign", real)                    # +1: e^{+2πi jk/n}, -1: e^{-2πi jk/n}
+        scale = te.var("fft_scale", real)
+        last = axes[-1]
+        gshape = list(dims)
+        if self.kind == "r2c":
+            gshape[last] = te.var("g_last", "int64")
+        gt = te.placeholder(gshape + ([2] if g.dtype.lanes == 2 else []), g.dtype.storage, name="out_grad")
+        sig_shape = list(dims) + [2]
+
+        def z0(*idx):
+            *idx, c = idx
+            if self.kind == "c2r":                          # real signal
+                v = to_compute(gt(*idx), g.dtype)
+                return tirx.Select(c == 0, v, tirx.const(0.0, real))
+            if self.kind == "r2c":                          # zero-padded to x's size
+                inside = idx[last] < gshape[last]
+                safe = list(idx)
+                safe[last] = tirx.min(idx[last], gshape[last] - 1)
+                return tirx.Select(inside, gt(*safe, c), tirx.const(0.0, real))
+            return gt(*idx, c)
+
+        z = te.compute(sig_shape, z0, name="z0")
+        for a, p in zip(axes, pow2):
+            if p:
+                z = _fft_pow2(z, a, scal[f"l2_{a}"], sign, real, f"fft{a}")
+            else:
+                z = _bluestein(z, a, scal[f"m_{a}"], scal[f"l2m_{a}"], sign, real, f"bs{a}")
+        one = tirx.const(1.0, real)
+
+        if self.kind == "c2c":
+            res = te.compute(sig_shape, lambda *i: (z(*i) * scale).astype(cd.storage), name="x_grad")
+        elif self.kind == "r2c":
+            res = te.compute(dims, lambda *i: (z(*i, 0) * scale).astype(out.dtype.storage), name="x_grad")
+        else:
+            n_last = dims[last]
+            oshape = list(dims)
+            oshape[last] = tirx.floordiv(n_last, 2) + 1
+            double_end = n_last - tirx.floordiv(n_last, 2)        # bins 1 .. double_end - 1
+
+            def c2r(*i):
+                k = i[last]
+                twice = tirx.all(k > 0, k < double_end)
+                f = tirx.Select(twice, tirx.const(2.0, real), one) * scale
+                return (z(*i) * f).astype(cd.storage)
+
+            res = te.compute(oshape + [2], c2r, name="x_grad")
+        params = [gt] + [scal[n] for n in scalar_names] + [sign, scale, res]
+        return self.prim_func(spec, params)
+
+
+def _prod(xs):
+    p = tirx.const(1, "int64")
+    for x in xs:
+        p = p * x
+    return p
+
+
+def _cis(angle):
+    return Complex(tirx.cos(angle), tirx.sin(angle))
+
+
+def _units(name, extents, outer=0):
+    """``with`` one spatial sblock per point of ``extents``; yields the axis vars."""
+    from contextlib import contextmanager
+
+    from tvm.script.ir_builder import tirx as T
+
+    @contextmanager
+    def ctx():
+        with T.grid(*extents) as lv:
+            lv = [lv] if isinstance(lv, tirx.Var) else list(lv)
+            with T.sblock(name):
+                vs = [T.axis.spatial(e, v, dtype="int64") for e, v in zip(extents, lv)]
+                yield vs
+    return ctx()
+
+
+def _flat(idx, shape):
+    f = tirx.const(0, "int64")
+    for i, d in zip(idx, shape):
+        f = f * d + i
+    return f
+
+
+def _fft_pow2(src, axis: int, l2, sign, real: str, name: str):
+    """Stockham radix-2 FFT along ``axis`` (length L = 2**l2) of a complex tensor ``src`` (shape
+    [..., 2]): X_k = Σ_j x_j e^{sign·2πi jk/L}; returns a tensor of src's shape.
+
+    The data is copied into a flat buffer A seen as (outer, L, inner); stages ping-pong between A
+    and B: a host loop runs pairs of stages (A -> B, then B -> A), then a last stage A -> B when l2
+    is odd; the result is in A (l2 even) or B. Each stage is a spatial sblock over the
+    (outer, inner, L/2) butterflies; in the paired ones the pair index is a block axis too (sblock
+    attr ``fft.stage`` = 1: its first loop is the serial stage loop). Index math is multiply-add
+    only (TVM's buffer compaction trips over divisions by products of shape vars)."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    shape = list(src.shape[:-1])
+    outer, length, inner = _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
+    n_total = _prod(shape)
+    one64 = tirx.const(1, "int64")
+    two64 = tirx.const(2, "int64")
+    half = tirx.shift_right(length, one64)
+
+    def butterfly(t, o, i, j, R, Wr, TW):
+        s = tirx.shift_left(one64, t)
+        m = tirx.shift_right(length, t + one64)
+        p = tirx.shift_right(j, t)
+        q = tirx.bitwise_and(j, s - one64)
+        base = o * length * inner + i
+        ia = base + (q + s * p) * inner
+        ib_ = base + (q + s * (p + m)) * inner
+        oa = base + (q + s * (p * two64)) * inner
+        ob = base + (q + s * (p * two64 + one64)) * inner
+        u = Complex(R[ia, 0], R[ia, 1])
+        v = Complex(R[ib_, 0], R[ib_, 1])
+        d = (u - v) * Complex(TW[p * s, 0], TW[p * s, 1])    # e^{sign·iπ p/m} = table[p·s]
+        Wr[oa, 0] = u.re + v.re
+        Wr[oa, 1] = u.im + v.im
+        Wr[ob, 0] = d.re
+        Wr[ob, 1] = d.im
+
+    def gen(ins, outs):
+        s_buf, tw_buf, a_buf, b_buf = ins[0], ins[1], outs[0], outs[1]
+        S, A, B = T.buffer_proxy(s_buf), T.buffer_proxy(a_buf), T.buffer_proxy(b_buf)
+        TW = T.buffer_proxy(tw_buf)
+        sshape = list(s_buf.shape[:-1])
+        with IRBuilder() as ib, T.seq_scope():
+            with _units(f"{name}_in", sshape) as idx:
+                f = _flat(idx, sshape)
+                T.reads(s_buf[tuple(idx) + (slice(0, 2),)])
+                T.writes(a_buf[f, 0:2])
+                A[f, 0] = S[tuple(idx) + (0,)]
+                A[f, 1] = S[tuple(idx) + (1,)]
+            pairs = tirx.shift_right(l2, one64)
+            with T.serial(tirx.const(0, "int64"), pairs) as tp:
+                for step, (sb, db, R, Wr) in enumerate(((a_buf, b_buf, A, B), (b_buf, a_buf, B, A))):
+                    with T.grid(outer, inner, half) as (lo, li, lj):
+                        with T.sblock(f"{name}_pair{step}"):
+                            t2 = T.axis.spatial(pairs, tp, dtype="int64")
+                            o = T.axis.spatial(outer, lo, dtype="int64")
+                            i = T.axis.spatial(inner, li, dtype="int64")
+                            j = T.axis.spatial(half, lj, dtype="int64")
+                            T.reads(sb[0:n_total, 0:2], tw_buf[0:half, 0:2])
+                            T.writes(db[0:n_total, 0:2])
+                            T.sblock_attr({"fft.stage": 1})
+                            butterfly(t2 * two64 + step, o, i, j, R, Wr, TW)
+            with T.If(tirx.floormod(l2, two64) == one64):
+                with T.Then():
+                    with _units(f"{name}_last", [outer, inner, half]) as (o, i, j):
+                        T.reads(a_buf[0:n_total, 0:2], tw_buf[0:half, 0:2])
+                        T.writes(b_buf[0:n_total, 0:2])
+                        T.sblock_attr({"fft.stage": 0})
+                        butterfly(l2 - one64, o, i, j, A, B, TW)
+        return ib.get()
+
+    # twiddles e^{sign·2πi r/L}, r < L/2 (one sincos per entry instead of per butterfly)
+    two_pi = tirx.const(2 * math.pi, real)
+    tw = te.compute((half, 2), lambda r, c: tirx.Select(
+        c == 0, tirx.cos(two_pi * r.astype(real) / length.astype(real)),
+        _signed(sign, real) * tirx.sin(two_pi * r.astype(real) / length.astype(real))), name=f"{name}_tw")
+    a, b = te.extern([(n_total, 2), (n_total, 2)], [src, tw], gen, name=name, dtype=[real, real])
+    odd = tirx.floormod(l2, two64) == one64
+
+    def out(*idx):
+        *idx, c = idx
+        f = _flat(idx, shape)
+        return tirx.Select(odd, b[f, c], a[f, c])
+
+    return te.compute(shape + [2], out, name=f"{name}_out")
+
+
+def _signed(sign, real):
+    """The direction sign (a runtime var, or ±1) as a real scalar."""
+    return tirx.const(float(sign), real) if isinstance(sign, (int, float)) else sign
+
+
+def _chirp(j, length, sign, real):
+    """e^{sign·iπ j²/L} with j² reduced mod 2L (exact angles)."""
+    jj = tirx.floormod(j * j, length * 2)
+    ang = tirx.const(math.pi, real) * jj.astype(real) / length.astype(real)
+    return Complex(tirx.cos(ang), _signed(sign, real) * tirx.sin(ang))
+
+
+def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
+    """The DFT along ``axis`` of any length L by Bluestein's algorithm:
+    X_k = w_k Σ_j (x_j w_j) conj(w_{k-j}), w_j = e^{sign·iπ j²/L}, the circular convolution
+    (size M >= 2L - 1, a power of two) by power-of-two FFTs."""
+    zero = tirx.const(0.0, real)
+    shape = list(src.shape[:-1])
+    length = shape[axis]
+    pshape = list(shape)
+    pshape[axis] = m
+
+    def a0(*idx):
+        *idx, c = idx
+        j = idx[axis]
+        jc = tirx.min(j, length - 1)
+        at = list(idx)
+        at[axis] = jc
+        x = Complex(src(*at, 0), src(*at, 1)) * _chirp(jc, length, sign, real)
+        return tirx.Select(j < length, tirx.Select(c == 0, x.re, x.im), zero)
+
+    a = te.compute(pshape + [2], a0, name=f"{name}_a")
+
+    def b0(f, c):
+        j = tirx.Select(f < length, f, m - f)
+        inside = tirx.any(f < length, f > m - length)
+        jc = tirx.max(tirx.min(j, length - 1), tirx.const(0, "int64"))
+        w = _chirp(jc, length, sign, real).conj()
+        return tirx.Select(inside, tirx.Select(c == 0, w.re, w.im), zero)
+
+    b = te.compute((m, 2), b0, name=f"{name}_b")
+    fa = _fft_pow2(a, axis, l2m, -1, real, f"{name}_fa")
+    fb = _fft_pow2(b, 0, l2m, -1, real, f"{name}_fb")
+
+    def prod(*idx):
+        *idx, c = idx
+        v = Complex(fa(*idx, 0), fa(*idx, 1)) * Complex(fb[idx[axis], 0], fb[idx[axis], 1])
+        return tirx.Select(c == 0, v.re, v.im)
+
+    cc = te.compute(pshape + [2], prod, name=f"{name}_c")
+    conv = _fft_pow2(cc, axis, l2m, 1, real, f"{name}_conv")
+
+    def out(*idx):
+        *idx, c = idx
+        v = Complex(conv(*idx, 0), conv(*idx, 1)) * _chirp(idx[axis], length, sign, real)
+        v = v / m.astype(real)
+        return tirx.Select(c == 0, v.re, v.im)
+
+    return te.compute(shape + [2], out, name=f"{name}_out")
+
+
+# ------------------------------------------------------------------------------------------
+# the ops
+
+def _c2c(out_grad, axes, normalization, forward):
+    """x_grad = norm · DFT_{+ if forward else -}(out_grad) over axes"""
+
+
+def _r2c(x, out_grad, axes, normalization, forward, onesided):
+    """x_grad = Re(norm · DFT_{+ if forward else -}(out_grad zero-padded to x's size)) over axes"""
+
+
+def _c2r(out_grad, axes, normalization, forward, last_dim_size):
+    """x_grad = norm · DFT_{+ if forward else -}(out_grad) over axes, the first n//2 + 1 bins along
+    the last axis, bins 1 .. n - n//2 - 1 doubled"""
+
+
+for _f, _n in ((_c2c, "fft_c2c_grad"), (_r2c, "fft_r2c_grad"), (_c2r, "fft_c2r_grad")):
+    _f.__name__ = _f.__qualname__ = _n
+
+fft_c2c_grad = FFTOp(_c2c, kind="c2c", dtypes=COMPLEX)
+fft_r2c_grad = FFTOp(_r2c, kind="r2c", dtypes=COMPLEX)
+fft_c2r_grad = FFTOp(_c2r, kind="c2r", dtypes=FLOATS)

@@ -1,0 +1,1196 @@
+"""Interpolation and sampling grads: linear/bilinear/trilinear/bicubic/nearest_interp_grad,
+grid_sample_grad and affine_grid_grad (and the ``SampleOp`` family the ROI and signal grads share).
+
+Semantics are Paddle 3.3.1's CPU kernels (phi/kernels/cpu/interpolate_grad_kernel.cc,
+grid_sample_grad_kernel.cc + grid_sample_utils.h, affine_grid_grad_kernel.cc), checked against
+the installed binary where the source and the binary could disagree.
+
+**Interpolation.** ``output_grad``'s rank picks 1-D/2-D/3-D and ``interp_method`` the scheme (the
+op name does not: Paddle's kernels dispatch on the attribute, whose YAML default is "bilinear"
+for every one of these ops). Output size precedence, as the 3.3.1 grad kernel applies it:
+``size_tensor`` > ``out_size`` > ``scale_tensor`` > ``scale`` (1 value for 1-D, >= 2 for 2-D,
+3 for 3-D; a single value is ignored in 2-D) > ``out_d/out_h/out_w``; a scale also sets the
+coordinate ratio (1/scale) even when a size tensor overrides the size. Ratios are float32:
+``align_corners``: (in-1)/(out-1); else 1/scale or in/out; 0 when out <= 1. Source coordinates
+use Paddle's mixed float/double arithmetic exactly (e.g. ``int(ratio·(o+0.5) − 0.5)`` in double,
+``int(ratio·o)`` in float, bicubic's ``floorf``); when every output size equals the input size
+the grad is a copy of ``output_grad`` (Paddle's shortcut, whatever the ratio would be).
+``data_format``: "NCHW"/"NCW"/"NCDHW" are channel-first, "NHWC"/"NWC"/"NDHWC" channel-last, for
+the matching rank ("NCHW"/"NHWC" for any rank, as Paddle's kernels use them). (Paddle's C op
+treats every string but "NCHW" as channel-last, "NCDHW" included, and rejects "NCW"/"NWC"; its
+Python API maps those names first. tvmgrad follows the names.)
+
+The grad is a scatter (each output pixel adds into 2/4/1 input pixels per dim); it is computed as
+a gather over the inverse map, separably per dim: for input index i along a dim, the output
+indices that reach it form one contiguous range [lo(i), hi(i)) (the source index is monotone in
+the output index), found from the ratio and corrected by evaluating Paddle's index formula at a
+few points; a table per dim holds each (i, j)'s output index lo(i)+j (−1 past hi(i)) and the sum
+of the weights with which it reaches i. Then
+
+    x_grad[n, c, i_d, i_h, i_w] = Σ_{j_d, j_h, j_w} Ω_d[i_d, j_d]·Ω_h[i_h, j_h]·Ω_w[i_w, j_w]
+                                  · output_grad[n, c, o_d, o_h, o_w]
+
+with one owner per input element (deterministic, no atomics), the taps past a range masked out
+(so an inf/NaN gradient reaches exactly the inputs it reaches in Paddle). Weights are float32 for
+the linear schemes (Paddle's d_w/d_e are float for every T), T for bicubic; products and sums run
+in float64 for float64 data, float32 otherwise. Calls whose scale contradicts the output size so
+that a source index passes the input's end (Paddle writes out of bounds) are a ValueError.
+
+**grid_sample.** x [N, C, (D,) H, W], grid [N, (Do,) Ho, Wo, 2|3]. Paddle's CPU grad: grid
+unnormalised ((g+1)·(S−1)/2, or (g+1)·S/2 − 0.5), clipped (border) or reflected (reflection) with
+the clip/flip slope kept for grid_grad, corners floor/floor+1, out-of-range corners skipped;
+nearest rounds half away from zero (2-D: round, then bounds; 3-D: bounds on the unrounded value,
+then round, as Paddle does) and has a zero grid_grad. x_grad is a scatter with data-dependent
+targets: one owner per (n, c) plane walks the output positions in order (deterministic);
+grid_grad is a gather (a sum over channels per output position). A NaN grid coordinate makes
+Paddle write out of bounds (``int(round(NaN))``); here it reaches no input and gives NaN in
+grid_grad.
+
+**affine_grid.** theta_grad[n] = Σ_{h,w} output_grad[n,h,w,:]ᵀ·[x_w, y_h, 1] (2-D) with Paddle's
+linspace (start + i·step in T; align_corners=False scales start by (S−1)/S and uses step 2/S).
+A size-1 dim with align_corners=True makes Paddle's step 2/0 = inf and its base grid NaN: here the
+grid coordinate is 0 there (the centre, what the limit and PyTorch give).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from types import SimpleNamespace
+
+import numpy as np
+
+from tvmgrad.dtypes import FLOATS, DType, to_compute
+from tvmgrad.families.base import Arg, OpError, OpImpl, Plan
+from tvmgrad.infer_meta import TensorMeta
+# imported for their registrations (InferMetas this module's ops use)
+from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
+from tvmgrad.infer_meta import sampling as _im_sampling  # noqa: F401
+from tvmgrad.lazy import te, tirx
+
+__all__ = ["SampleOp", "sample_op", "info", "Host", "fail", "i64", "f32", "f64", "mul_f32",
+           "Body", "extern", "proxy", "acc_dtype", "host_array"]
+
+
+# ------------------------------------------------------------------------------------------
+# The family: whole-tensor TE with a host-side planner
+
+_CTX = threading.local()
+
+
+def info():
+    """What the planner decided for the kernel being built: ``static`` (dict of code-changing
+    facts, in the kernel key), ``s`` (dict of runtime scalar parameters as TIR vars), ``dt``."""
+    return _CTX.info
+
+
+class Host:
+    """A planner's decisions for one call.
+
+    ``static``: code-changing facts (part of the kernel key; never a size); ``scalars``: runtime
+    parameters name -> (TVM dtype, value); ``alias``: outputs that are an input's data reshaped
+    (output -> input; no kernel work); ``host_only``: tensor inputs read on the host (not kernel
+    parameters); ``views``: tensor name -> the shape the kernel sees it with (same element
+    count; e.g. rank-independent kernels)."""
+
+    def __init__(self):
+        self.static = {}
+        self.scalars = {}
+        self.alias = {}
+        self.host_only = set()
+        self.views = {}
+
+
+def fail(op, msg):
+    raise OpError(f"{op}: {msg}")
+
+
+def host_array(call, name):
+    """The numpy array of tensor input ``name`` (None when absent)."""
+    value = call.tensors.get(name)
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [np.asarray(v) for v in value]
+    return np.asarray(value)
+
+
+class SampleOp(OpImpl):
+    """A whole-tensor TE builder planned on the host.
+
+    ``host(call, outs, dt) -> Host`` validates the call (index values included) and decides the
+    kernel's static variant and runtime scalars; the builder (YAML args: placeholders for the
+    kernel's tensors, None for absent and host-only ones, attribute values) reads them through
+    ``info()``. Attributes never enter the key by themselves: only ``Host.static`` does.
+    """
+
+    family_kind = "tensor"
+
+    def __init__(self, fn, *, host, dtypes=FLOATS, float_inputs=None,
+                 index_dtypes=("int32", "int64"), pattern="interp_gather", infer_meta=None):
+        super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
+        self.host = host
+        self.float_inputs = None if float_inputs is None else tuple(float_inputs)
+        self.index_dtypes = tuple(index_dtypes)
+        self.pattern = pattern
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        floats = [n for n in present if self.float_inputs is None or n in self.float_inputs]
+        dt = self.check_dtype(call, floats)
+        metas = {n: call.meta(n) for n in present}
+        h = self.host(call, outs, dt)
+        for n in present:
+            if n in floats or n in h.host_only:
+                continue
+            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
+                if m.dtype.name not in self.index_dtypes:
+                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one "
+                                    f"of {', '.join(self.index_dtypes)}")
+        kernel_inputs = [n for n in present if n not in h.host_only and n not in spec.no_need_buffer]
+        for n, shape in h.views.items():
+            if n in metas and metas[n] is not None:
+                metas[n] = TensorMeta(tuple(int(d) for d in shape), metas[n].dtype)
+
+        def lay(m):
+            if isinstance(m, list):
+                return tuple((x.ndim, x.dtype.name) for x in m)
+            return (m.ndim, m.dtype.name)
+
+        layout = tuple((n, lay(metas[n])) for n in present if n not in h.host_only)
+        kept = [None if (m is None or o.name in h.alias) else
+                (TensorMeta(tuple(int(d) for d in h.views[o.name]), m.dtype) if o.name in h.views else m)
+                for o, m in zip(spec.outputs, outs)]
+        out_layout = tuple(None if m is None else lay(m) for m in kept)
+        static = tuple(sorted(h.static.items()))
+        scalars = tuple((k, d) for k, (d, _) in h.scalars.items())
+        key = ("sample", op, dt.name, layout, out_layout, static, scalars)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        args = []
+        def view(n):
+            return tuple(int(d) for d in h.views[n]) if n in h.views else None
+
+        for n in kernel_inputs:
+            if isinstance(metas[n], list):
+                args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
+            else:
+                args.append(Arg("input", n, shape=view(n)))
+        args += [Arg("scalar", k, dtype=d, value=v) for k, (d, v) in h.scalars.items()]
+        for o, m in zip(spec.outputs, kept):
+            if m is not None:
+                args.append(Arg("output", o.name, shape=view(o.name)))
+        aliases = {o: (src, outs[spec.output_names.index(o)].shape) for o, src in h.alias.items()
+                   if outs[spec.output_names.index(o)] is not None}
+        attrs = dict(call.attrs)
+        built = SimpleNamespace(static=dict(h.static), scalars=dict(h.scalars), dt=dt)
+        make = None
+        if any(m is not None for m in kept):
+            make = lambda: self._make(spec, built, metas, kept, kernel_inputs, attrs)  # noqa: E731
+        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}", make=make, args=tuple(args),
+                    pattern=self.pattern, aliases=aliases)
+
+    def _make(self, spec, built, metas, outs, kernel_inputs, attrs):
+        def holder(name, meta):
+            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            return te.placeholder(shape, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n in kernel_inputs:
+            m = metas[n]
+            tensors[n] = ([holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list)
+                          else holder(n, m))
+        scalars = {k: te.var(k, d) for k, (d, _) in built.scalars.items()}
+        ctx = SimpleNamespace(static=built.static, s=scalars, dt=built.dt, metas=metas)
+        kwargs = {}
+        for p in spec.args:
+            if p.is_tensor:
+                kwargs[p.name] = tensors.get(p.name)
+            else:
+                kwargs[p.name] = attrs.get(p.name)
+        previous = getattr(_CTX, "info", None)
+        _CTX.info = ctx
+        try:
+            result = self.fn(**kwargs)
+        finally:
+            _CTX.info = previous
+        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
+        if len(result) != len(spec.outputs):
+            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                               f"{spec.output_names}")
+        params = []
+        for n in kernel_inputs:
+            params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += list(scalars.values())
+        for o, m, r in zip(spec.outputs, outs, result):
+            if m is None:
+                continue
+            if r is None:
+                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+            params.append(r)
+        return self.prim_func(spec, params)
+
+
+def sample_op(fn=None, **options):
+    """Decorator: a ``SampleOp`` builder (see the class)."""
+    if fn is None:
+        return lambda f: SampleOp(f, **options)
+    return SampleOp(fn, **options)
+
+
+# ------------------------------------------------------------------------------------------
+# TIR helpers
+
+def i64(v):
+    if isinstance(v, int):
+        return tirx.IntImm("int64", v)
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    return v if str(v.ty) == "int64" else v.astype("int64")
+
+
+def f32(v):
+    if isinstance(v, float):
+        return tirx.FloatImm("float32", v)
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    return v if str(v.ty) == "float32" else v.astype("float32")
+
+
+def f64(v):
+    if isinstance(v, float):
+        return tirx.FloatImm("float64", v)
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    return v if str(v.ty) == "float64" else v.astype("float64")
+
+
+def cast(v, dtype):
+    if isinstance(v, (int, float)):
+        return tirx.const(v, dtype)
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    return v if str(v.ty) == dtype else v.astype(dtype)
+
+
+def mul_f32(a, b):
+    """The IEEE float32 product of two float32 values, immune to FMA contraction with a following
+    add (LLVM and nvcc fuse a·b+c): the float64 product of float32 values is exact, rounding it
+    to float32 is the float32 product, and the rounding step cannot be fused."""
+    return f32(f64(a) * f64(b))
+
+
+def acc_dtype(dt: DType) -> str:
+    """Accumulation dtype: float64 for float64 data, float32 otherwise."""
+    return "float64" if dt.compute == "float64" else "float32"
+
+
+def const(v, dtype):
+    return tirx.const(v, dtype)
+
+
+def select(c, a, b):
+    return tirx.Select(c, a, b)
+
+
+# ------------------------------------------------------------------------------------------
+# Kernel bodies of serial owners: te.extern with annotated blocks (schedules interp_gather)
+
+CW = 64
+
+
+def _region(buf):
+    from tvm import ir
+    return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
+
+
+class Body:
+    """Statements of a ``te.extern`` body made of annotated blocks.
+
+    ``block(name, body, par=, ser=, inner=)`` emits loops ``par... ser...`` around one block whose
+    iter vars are all spatial and annotates it with one letter per loop for the
+    ``interp_gather`` schedules: ``p`` loops are fused and run in parallel on the CPU, fused and
+    split over blocks of threads on CUDA; with ``inner=True`` the last par loop is an ``i`` loop:
+    one more thread dimension on CUDA, a plain inner loop on the CPU (contiguous, and the index
+    arithmetic of the outer loops hoisted out of it); ``s`` loops stay serial in one thread.
+    ``body(P, S)`` gets the iter vars and emits the block's statements with the TVMScript IR
+    builder. Reads and writes are declared as whole buffers.
+    """
+
+    def __init__(self):
+        self.stmts = []
+
+    def block(self, name, body, *, par=(), ser=(), reads=(), writes=(), inner=False):
+        import contextlib
+
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
+        with IRBuilder() as ib:
+            with contextlib.ExitStack() as stack:
+                pv = [stack.enter_context(T.serial(0, i64(e))) for e in par]
+                sv = [stack.enter_context(T.serial(0, i64(e))) for e in ser]
+                stack.enter_context(T.sblock(name))
+                P = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(par, pv)]
+                S = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(ser, sv)]
+                T.reads(*[_region(b) for b in reads])
+                T.writes(*[_region(b) for b in writes])
+                kinds = "p" * len(par) + "s" * len(ser)
+                if inner and par:
+                    kinds = "p" * (len(par) - 1) + "i" + "s" * len(ser)
+                T.sblock_attr({"tvmgrad.loops": kinds})
+                body(P, S)
+        self.stmts.append(ib.get())
+
+    def stmt(self):
+        if not self.stmts:
+            return tirx.Evaluate(0)
+        return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
+
+
+def extern(name, outputs, inputs, gen):
+    """``te.extern`` over ``inputs`` producing ``outputs`` [(shape, dtype)], its body filled by
+    ``gen(ins, outs, body: Body)``; -> list of te.Tensors."""
+    in_bufs = [tirx.decl_buffer(t.shape, t.dtype, f"{t.op.name}_b") for t in inputs]
+    out_bufs = [tirx.decl_buffer(s, d, f"{name}{i}") for i, (s, d) in enumerate(outputs)]
+
+    def fcompute(ins, outs):
+        body = Body()
+        gen(ins, outs, body)
+        return body.stmt()
+
+    res = te.extern([s for s, _ in outputs], list(inputs), fcompute, name=name,
+                    in_buffers=in_bufs, out_buffers=out_bufs)
+    return list(res) if isinstance(res, (list, tuple)) else [res]
+
+
+def proxy(buf):
+    from tvm.script.ir_builder import tirx as T
+    return T.buffer_proxy(buf)
+
+
+def store_cast(t, dt: DType, name):
+    """te.compute casting an accumulation-dtype tensor to dt's storage (identity if equal)."""
+    if str(t.dtype) == dt.storage:
+        return t
+    return te.compute(t.shape, lambda *i: t(*i).astype(dt.storage), name=name)
+
+
+# ------------------------------------------------------------------------------------------
+# Interpolation: host side (exact replicas of Paddle's index arithmetic in numpy)
+
+LAYOUTS = {
+    # name -> (channel_last, ranks it may be used with)
+    "NCHW": (False, (3, 4, 5)), "NHWC": (True, (3, 4, 5)),
+    "NCW": (False, (3,)), "NWC": (True, (3,)),
+    "NCDHW": (False, (5,)), "NDHWC": (True, (5,)),
+}
+METHODS = {"linear": (3,), "bilinear": (4,), "trilinear": (5,), "bicubic": (4,), "nearest": (4, 5)}
+DIM_NAMES = {1: ("w",), 2: ("h", "w"), 3: ("d", "h", "w")}
+
+
+def _np_src_f(r32, o):
+    """float32 r·(o + 0.5f) − 0.5f, each step rounded (no fused multiply-add)."""
+    return np.float32(np.float32(r32 * np.float32(o.astype(np.float32) + np.float32(0.5)))
+                      - np.float32(0.5))
+
+
+def _np_base(method, o, r, S, d, align_corners, align_flag):
+    """Paddle 3.3.1's source index of output indices ``o`` (int64 array) along dim ``d`` of an
+    S-D interpolation: the first tap for linear (x_w), the nearest index, bicubic's floorf(x_n).
+    (The linear taps use double arithmetic in 1-D and for H in 2-D, float elsewhere.)"""
+    r32 = np.float32(r)
+    prod = np.float32(r32 * o.astype(np.float32))
+    if method == "nearest":
+        if not align_corners:
+            return np.trunc(prod).astype(np.int64)
+        if S == 3:                                          # std::lround
+            return np.floor(prod.astype(np.float64) + 0.5).astype(np.int64)
+        return np.trunc(np.float32(prod + np.float32(0.5))).astype(np.int64)
+    if method == "bicubic":
+        xn = prod if align_corners else _np_src_f(r32, o)
+        return np.floor(xn).astype(np.int64)
+    if not align_flag:
+        v = prod
+    elif S == 1 or (S == 2 and d == 0):
+        v = np.float64(r32) * (o.astype(np.float64) + 0.5) - 0.5
+    else:
+        v = _np_src_f(r32, o)
+    return np.maximum(np.trunc(v).astype(np.int64), 0)
+
+
+def _np_ranges(method, base, in_size, out):
+    """[lo(i), hi(i)) of the output indices reaching input index i (numpy, from the base)."""
+    i = np.arange(in_size, dtype=np.int64)
+
+    def F(k):
+        return np.searchsorted(base, k, side="left")
+
+    if method == "nearest":
+        return F(i), F(i + 1)
+    if method == "bicubic":
+        lo = np.where(i == 0, 0, F(i - 2))
+        hi = np.where(i == in_size - 1, out, F(i + 2))
+        return lo, hi
+    return F(i - 1), F(i + 1)
+
+
+def _np_ratio(S, i_n, o_n, scale, align_corners):
+    """Paddle's float32 coordinate ratio along one dim (AreaPixelComputeScale<float>, zeroed for
+    an output size <= 1 in 1-D and 2-D but not in 3-D, as 3.3.1 does)."""
+    f = np.float32
+    if align_corners:
+        r = f(f(i_n - 1) / f(o_n - 1)) if o_n > 1 else f(0.0)
+    elif scale > 0:
+        r = f(1.0 / np.float64(f(scale)))
+    elif o_n > 0:
+        r = f(f(i_n) / f(o_n))
+    else:
+        r = f(0.0)
+    if S < 3 and o_n <= 1:
+        r = f(0.0)
+    return r
+
+
+def _read_ints(call, name, what):
+    arr = host_array(call, name)
+    vals = []
+    for a in (arr if isinstance(arr, list) else [arr]):
+        if a.dtype.kind not in "iu":
+            fail(call.op, f"input {name!r} must hold integers ({what}), got dtype {a.dtype}")
+        vals.append(a)
+    return vals
+
+
+def _interp_host(call, outs, dt):
+    op = call.op
+    a = call.attrs
+    h = Host()
+    h.host_only = {"out_size", "size_tensor", "scale_tensor"}
+    xm, gm = call.meta("x"), call.meta("output_grad")
+    if xm.dtype != gm.dtype:
+        raise TypeError(f"{op}: input 'x' has dtype {xm.dtype.name} but 'output_grad' has "
+                        f"{gm.dtype.name}; they must match")
+    rank = gm.ndim
+    if rank not in (3, 4, 5):
+        fail(op, f"input 'output_grad' must be 3-D, 4-D or 5-D, got shape {list(gm.shape)}")
+    if xm.ndim != rank:
+        fail(op, f"input 'x' has rank {xm.ndim} but 'output_grad' has rank {rank}; they must match")
+    fmt = a["data_format"]
+    if fmt not in LAYOUTS:
+        fail(op, f"attribute 'data_format' is {fmt!r}; expected one of {', '.join(LAYOUTS)}")
+    last, ranks = LAYOUTS[fmt]
+    if rank not in ranks:
+        fail(op, f"attribute 'data_format' {fmt!r} does not fit a {rank}-D input")
+    method = a["interp_method"]
+    if method not in METHODS:
+        fail(op, f"attribute 'interp_method' is {method!r}; expected one of {', '.join(METHODS)}")
+    if rank not in METHODS[method]:
+        fail(op, f"attribute 'interp_method' {method!r} needs a "
+                 f"{' or '.join(f'{r}-D' for r in METHODS[method])} input, got {rank}-D "
+                 f"(Paddle's kernel silently returns zeros)")
+    S = rank - 2
+    names = DIM_NAMES[S]
+    n_c = (xm.shape[0], xm.shape[-1] if last else xm.shape[1])
+    in_sizes = list(xm.shape[1:-1] if last else xm.shape[2:])
+    g_nc = (gm.shape[0], gm.shape[-1] if last else gm.shape[1])
+    g_sizes = list(gm.shape[1:-1] if last else gm.shape[2:])
+    if g_nc != n_c:
+        fail(op, f"input 'output_grad' has shape {list(gm.shape)}: its batch and channel sizes "
+                 f"{list(g_nc)} differ from x's {list(n_c)} (data_format {fmt})")
+    # --- output size by Paddle's precedence -------------------------------------------------
+    out_attr = {"d": a["out_d"], "h": a["out_h"], "w": a["out_w"]}
+    out_sizes = [out_attr[nm] for nm in names]
+    scales = [-1.0] * S
+    st = host_array(call, "scale_tensor")
+    if st is not None:
+        if st.dtype.kind != "f" and str(st.dtype) != "bfloat16":
+            fail(op, f"input 'scale_tensor' must hold floats, got dtype {st.dtype}")
+        vals = np.asarray(st, dtype=np.float32).reshape(-1)
+        if vals.size == 0:
+            fail(op, "input 'scale_tensor' is empty")
+        if S == 1 or vals.size == 1:
+            scales = [float(vals[0])] * S
+        else:
+            if vals.size < S:
+                fail(op, f"input 'scale_tensor' holds {vals.size} values; a {S}-D "
+                         f"interpolation needs 1 or {S}")
+            scales = [float(v) for v in vals[:S]]
+        if not all(s > 0 for s in scales):
+            fail(op, f"input 'scale_tensor' holds {vals.tolist()}; scales must be > 0")
+    elif len(a["scale"]) > (0 if S == 1 else 1):
+        sc = [float(np.float32(v)) for v in a["scale"]]
+        if len(sc) < S:
+            fail(op, f"attribute 'scale' has {len(sc)} values; a {S}-D interpolation needs {S} "
+                     f"(Paddle reads past its end)")
+        scales = sc[:S]
+        if not all(s > 0 for s in scales):
+            fail(op, f"attribute 'scale' is {list(a['scale'])}; scales must be > 0")
+    if all(s > 0 for s in scales):
+        out_sizes = [int(np.float32(i) * np.float32(s)) for i, s in zip(in_sizes, scales)]
+    if call.tensors.get("out_size") is not None:
+        (os_,) = _read_ints(call, "out_size", "the output size")
+        os_ = os_.reshape(-1)
+        if os_.size < S:
+            fail(op, f"input 'out_size' holds {os_.size} values; a {S}-D interpolation needs {S}")
+        out_sizes = [int(v) for v in os_[:S]]
+    if call.tensors.get("size_tensor") is not None and len(call.tensors["size_tensor"]) > 0:
+        parts = _read_ints(call, "size_tensor", "the output size")
+        for i, p in enumerate(parts):
+            if p.size != 1 or p.ndim > 1:
+                fail(op, f"input 'size_tensor[{i}]' must have shape [1] or [], got "
+                         f"{list(p.shape)}")
+        if len(parts) < S:
+            fail(op, f"input 'size_tensor' holds {len(parts)} tensors; a {S}-D interpolation "
+                     f"needs {S}")
+        out_sizes = [int(p.reshape(-1)[0]) for p in parts[:S]]
+    if out_sizes != g_sizes:
+        fail(op, f"input 'output_grad' has spatial size {g_sizes} but the output size given by "
+                 f"size_tensor/out_size/scale/out_{''.join(names)} is {out_sizes}")
+    if in_sizes == out_sizes:
+        h.alias = {"x_grad": "output_grad"}       # Paddle copies output_grad
+        return h
+    if 0 in out_sizes or 0 in in_sizes or 0 in n_c:
+        h.static = {"zero": True, "last": last, "S": S}
+        return h
+    align_corners = bool(a["align_corners"])
+    align_flag = a["align_mode"] == 0 and not align_corners
+    statics = {"method": method, "last": last, "S": S, "align_corners": align_corners,
+               "align_flag": align_flag}
+    for d, (nm, i_n, o_n, s) in enumerate(zip(names, in_sizes, out_sizes, scales)):
+        ratio = _np_ratio(S, i_n, o_n, s, align_corners)
+        o = np.arange(o_n, dtype=np.int64)
+        base = _np_base(method, o, ratio, S, d, align_corners, align_flag)
+        if method != "bicubic" and o_n and i_n and base[-1] > i_n - 1:
+            fail(op, f"output index {o_n - 1} along {nm} maps to input index {int(base[-1])}, "
+                     f"past the input size {i_n}: the scale {s} does not fit the output size "
+                     f"{o_n} (Paddle writes out of bounds here)")
+        if i_n:
+            lo, hi = _np_ranges(method, base, i_n, o_n)
+            width = int((hi - lo).max()) if i_n else 0
+        else:
+            width = 0
+        h.scalars[f"ratio_{nm}"] = ("float32", float(ratio))
+        h.scalars[f"taps_{nm}"] = ("int64", max(width, 0))
+    h.static = statics
+    return h
+
+
+# ------------------------------------------------------------------------------------------
+# Interpolation: kernel side
+
+def _k_src_f(r, o):
+    """TIR float32 r·(o + 0.5f) − 0.5f, each step rounded (see mul_f32)."""
+    return mul_f32(r, f32(o) + f32(0.5)) - f32(0.5)
+
+
+def _k_base(method, o, r, S, d, align_corners, align_flag):
+    """TIR replica of _np_base for output index expression ``o`` (int64). (Float values are never
+    let-bound or repeated in one expression: TVM 0.27's LowerIntrin crashes on a CSE'd float
+    product of an index cast, so per-output-index values go through table stages.)"""
+    prod = mul_f32(r, f32(o))
+    if method == "nearest":
+        if not align_corners:
+            return i64(prod)
+        if S == 3:
+            return i64(tirx.floor(f64(prod) + 0.5))
+        return i64(prod + f32(0.5))
+    if method == "bicubic":
+        raise AssertionError("bicubic bases come from the x_n table")
+    if not align_flag:
+        v = prod
+    elif S == 1 or (S == 2 and d == 0):
+        v = f64(r) * (f64(o) + 0.5) - 0.5
+    else:
+        v = _k_src_f(r, o)
+    return tirx.max(i64(v), i64(0))
+
+
+def _k_bicubic_xn(o, r, align_corners, cdt):
+    """Bicubic's source coordinate: float32 arithmetic, then widened to MT (double for double)."""
+    return cast(mul_f32(r, f32(o)) if align_corners else _k_src_f(r, o), cdt)
+
+
+def _k_estimate(k, method, r, align_corners, align_flag):
+    """floor of the real threshold t with base(o) < k  <=>  o < t (about), as int64."""
+    kf = f64(k)
+    rf = f64(r)
+    if method == "nearest":
+        t = (kf - 0.5) / rf if align_corners else kf / rf
+    elif (method == "bicubic" and not align_corners) or (method != "bicubic" and align_flag):
+        t = (kf + 0.5) / rf - 0.5
+    else:
+        t = kf / rf
+    t = select(rf > 0.0, t, f64(-8.0))
+    return i64(tirx.floor(tirx.min(tirx.max(t, f64(-8.0)), f64(float(2 ** 40)))))
+
+
+def _k_count_below(k, est, base, method, out, r):
+    """#{o in [0, out): base[o] < k}, given the estimate ``est`` of it (an int64 load, off by
+    at most one): corrected exactly by reading the base table at the five indices around it."""
+    last = tirx.max(i64(out) - 1, i64(0))
+    c = tirx.min(tirx.max(est - 2, i64(0)), i64(out))
+    cnt = c
+    for j in range(5):
+        oj = c + j
+        ok = tirx.all(oj < i64(out), base[tirx.min(oj, last)] < k)
+        cnt = cnt + select(ok, i64(1), i64(0))
+    # ratio 0 (a single output, or align_corners with a single input): every base is base[0]
+    cnt = select(f32(r) > f32(0.0), cnt, select(base[0] < k, i64(out), i64(0)))
+    floor_k = -1 if method == "bicubic" else 0
+    return select(k <= floor_k, i64(0), cnt)
+
+
+def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt, adt):
+    """Per dim: lo[i] (first output index reaching input index i), cnt[i] (how many do) and
+    wt[i, j] (the summed weight with which output lo[i]+j reaches i)."""
+    last_in = i64(in_size) - 1
+    if method == "bicubic":
+        xn = te.compute((out,), lambda o: _k_bicubic_xn(o, r, align_corners, cdt), name=f"xn_{nm}")
+        base = te.compute((out,), lambda o: i64(tirx.floor(f32(xn[o]))), name=f"base_{nm}")
+        A = const(-0.75, cdt)
+        one = const(1.0, cdt)
+
+        def cc1(x):
+            return ((A + const(2.0, cdt)) * x - (A + const(3.0, cdt))) * x * x + one
+
+        def cc2(x):
+            return ((A * x - const(5.0, cdt) * A) * x + const(8.0, cdt) * A) * x - \
+                const(4.0, cdt) * A
+
+        def tt(o):
+            return xn[o] - cast(base[o], cdt)
+
+        coef = [te.compute((out,), lambda o: cc2(tt(o) + one), name=f"c0_{nm}"),
+                te.compute((out,), lambda o: cc1(tt(o)), name=f"c1_{nm}"),
+                te.compute((out,), lambda o: cc1(one - tt(o)), name=f"c2_{nm}"),
+                te.compute((out,), lambda o: cc2((one - tt(o)) + one), name=f"c3_{nm}")]
+
+        def taps(o):
+            return [(tirx.min(tirx.max(base[o] - 1 + k, i64(0)), last_in), coef[k][o])
+                    for k in range(4)]
+    else:
+        base = te.compute((out,), lambda o: _k_base(method, o, r, S, d, align_corners, align_flag),
+                          name=f"base_{nm}")
+        if method == "nearest":
+            def taps(o):
+                return [(base[o], const(1.0, "float32"))]
+        else:
+            if align_flag:
+                def dw_f(o):
+                    return tirx.max(_k_src_f(r, o), f32(0.0)) - f32(base[o])
+            else:
+                def dw_f(o):
+                    return mul_f32(r, f32(o)) - f32(base[o])
+            dw = te.compute((out,), dw_f, name=f"dw_{nm}")
+
+            def taps(o):
+                xe = select(base[o] + 1 < last_in, base[o] + 1, last_in)
+                return [(base[o], f32(1.0) - dw[o]), (xe, dw[o])]
+
+    lo_k = {"nearest": 0, "bicubic": 2}.get(method, 1)
+    hi_k = {"nearest": 1, "bicubic": 2}.get(method, 1)
+
+    est_lo = te.compute((in_size,), lambda i: _k_estimate(i - lo_k, method, r, align_corners,
+                                                         align_flag), name=f"est_lo_{nm}")
+    est_hi = te.compute((in_size,), lambda i: _k_estimate(i + hi_k, method, r, align_corners,
+                                                         align_flag), name=f"est_hi_{nm}")
+
+    def lo_f(i):
+        v = _k_count_below(i - lo_k, est_lo[i], base, method, out, r)
+        return select(i == 0, i64(0), v) if method == "bicubic" else v
+
+    def hi_f(i):
+        v = _k_count_below(i + hi_k, est_hi[i], base, method, out, r)
+        return select(i == last_in, i64(out), v) if method == "bicubic" else v
+
+    lo = te.compute((in_size,), lo_f, name=f"lo_{nm}")
+    hi = te.compute((in_size,), hi_f, name=f"hi_{nm}")
+
+    def wt_f(i, j):
+        o = tirx.min(lo[i] + j, tirx.max(i64(out) - 1, i64(0)))
+        total = const(0.0, adt)
+        for ti, wi in taps(o):
+            total = total + select(ti == i, cast(wi, adt), const(0.0, adt))
+        return total
+
+    def flag_f(i, j):
+        """1 where the taps merged into wt[i, j] include a zero weight or weights of both signs:
+        an infinite gradient then makes NaN in Paddle's tap-by-tap sums (inf·0, inf − inf)."""
+        o = tirx.min(lo[i] + j, tirx.max(i64(out) - 1, i64(0)))
+        zero, pos, neg = i64(0), i64(0), i64(0)
+        for ti, wi in taps(o):
+            hit = ti == i
+            wi = wi.asobject() if hasattr(wi, "asobject") else wi
+            zero = tirx.max(zero, select(tirx.all(hit, wi == const(0.0, str(wi.ty))), i64(1), i64(0)))
+            pos = tirx.max(pos, select(tirx.all(hit, wi > const(0.0, str(wi.ty))), i64(1), i64(0)))
+            neg = tirx.max(neg, select(tirx.all(hit, wi < const(0.0, str(wi.ty))), i64(1), i64(0)))
+        return tirx.max(zero, pos * neg)
+
+    cnt = te.compute((in_size,), lambda i: tirx.max(hi[i] - lo[i], i64(0)), name=f"cnt_{nm}")
+    wt = te.compute((in_size, W), wt_f, name=f"wt_{nm}")
+    if method == "nearest":
+        return lo, cnt, wt, None
+    flag = te.compute((in_size, W), flag_f, name=f"nanflag_{nm}")
+    return lo, cnt, wt, flag
+
+
+def _interp_kernel(output_grad, insp):
+    """x_grad as a gather over the per-dim tables (see the module docstring): one owner per
+    input element loops over the exact output ranges reaching it."""
+    ctx = info()
+    st, s, dt = ctx.static, ctx.s, ctx.dt
+    method, last, S = st["method"], st["last"], st["S"]
+    ac, af = st["align_corners"], st["align_flag"]
+    adt = acc_dtype(dt)
+    cdt = "float64" if dt.compute == "float64" else "float32"
+    names = DIM_NAMES[S]
+    g = output_grad
+    gsp = list(g.shape[1:-1] if last else g.shape[2:])
+    n_, c_ = (g.shape[0], g.shape[-1]) if last else (g.shape[0], g.shape[1])
+    tabs = []
+    for d, nm in enumerate(names):
+        lo_t, cnt_t, wt_t, fl_t = _tables(nm, S, d, method, insp[d], gsp[d], s[f"ratio_{nm}"],
+                                          s[f"taps_{nm}"], ac, af, cdt, adt)
+        tabs += [lo_t, cnt_t, wt_t] + ([fl_t] if fl_t is not None else [])
+    per = 3 if method == "nearest" else 4
+    out_shape = [n_] + list(insp) + [c_] if last else [n_, c_] + list(insp)
+
+    def gen(ins, outs, body):
+        G = proxy(ins[0])
+        tb = [proxy(b) for b in ins[1:]]
+        O = proxy(outs[0])
+
+        def blk(P, _S):
+            from tvm.script.ir_builder import tirx as T
+            ids = [T.bind(p) for p in P]
+            if last:
+                n, sp, c = ids[0], ids[1:-1], ids[-1]
+            else:
+                n, c, sp = ids[0], ids[1], ids[2:]
+            acc = proxy(T.alloc_buffer((1,), dtype=adt, scope="local", align=8 if adt == "float64" else 4))
+            acc[0] = const(0.0, adt)
+            los = [T.bind(tb[per * d][sp[d]]) for d in range(S)]
+            cnts = [T.bind(tb[per * d + 1][sp[d]]) for d in range(S)]
+
+            def nest(d, js):
+                if d == S:
+                    w, flag = None, None
+                    for dd, j in enumerate(js):
+                        wj = tb[per * dd + 2][sp[dd], j]
+                        w = wj if w is None else w * wj
+                        if per == 4:
+                            fj = tb[per * dd + 3][sp[dd], j]
+                            flag = fj if flag is None else tirx.max(flag, fj)
+                    src = [los[dd] + j for dd, j in enumerate(js)]
+                    gi = [n] + src + [c] if last else [n, c] + src
+                    val = cast(to_compute(G[tuple(gi)], dt), adt)
+                    term = w * val
+                    if flag is not None:        # Paddle's inf·0 or inf − inf over the taps
+                        term = select(tirx.all(flag > i64(0), tirx.isinf(val)),
+                                      const(float("nan"), adt), term)
+                    acc[0] = acc[0] + term
+                    return
+                with T.serial(0, cnts[d]) as j:
+                    nest(d + 1, js + [j])
+
+            nest(0, [])
+            O[tuple(ids)] = cast(acc[0], dt.storage)
+
+        body.block("gather", blk, par=out_shape, reads=list(ins), writes=list(outs), inner=True)
+
+    (x_grad,) = extern("x_grad", [(out_shape, dt.storage)], [g] + tabs, gen)
+    return x_grad
+
+
+def _interp_builder(x, output_grad):
+    ctx = info()
+    st = ctx.static
+    # x is no_need_buffer: its spatial sizes are symbolic vars bound by the x_grad buffer
+    insp = [te.var(f"in_{nm}", "int64") for nm in DIM_NAMES[st["S"]]]
+    if st.get("zero"):
+        g = output_grad
+        shape = ([g.shape[0]] + insp + [g.shape[-1]]) if st["last"] else [g.shape[0], g.shape[1]] + insp
+        return te.compute(shape, lambda *i: const(0.0, ctx.dt.storage), name="x_grad")
+    return _interp_kernel(output_grad, insp)
+
+
+def _interp_op(fn):
+    return sample_op(fn, host=_interp_host, float_inputs=("x", "output_grad"),
+                     pattern="interp_gather")
+
+
+@_interp_op
+def linear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
+                       out_h, out_w, scale, interp_method, align_corners, align_mode):
+    """x_grad = (the linear-interpolation map)ᵀ · output_grad (see the module docstring)"""
+    return _interp_builder(x, output_grad)
+
+
+@_interp_op
+def bilinear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
+                         out_h, out_w, scale, interp_method, align_corners, align_mode):
+    """x_grad = (the bilinear-interpolation map)ᵀ · output_grad (see the module docstring)"""
+    return _interp_builder(x, output_grad)
+
+
+@_interp_op
+def trilinear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format,
+                          out_d, out_h, out_w, scale, interp_method, align_corners, align_mode):
+    """x_grad = (the trilinear-interpolation map)ᵀ · output_grad (see the module docstring)"""
+    return _interp_builder(x, output_grad)
+
+
+@_interp_op
+def bicubic_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
+                        out_h, out_w, scale, interp_method, align_corners, align_mode):
+    """x_grad = (the bicubic-interpolation map, A = −0.75, clamped taps)ᵀ · output_grad"""
+    return _interp_builder(x, output_grad)
+
+
+@_interp_op
+def nearest_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
+                        out_h, out_w, scale, interp_method, align_corners, align_mode):
+    """x_grad = (the nearest-neighbour map)ᵀ · output_grad (see the module docstring)"""
+    return _interp_builder(x, output_grad)
+
+
+# ------------------------------------------------------------------------------------------
+# grid_sample
+
+GRID_MODES = ("bilinear", "nearest")
+PADDINGS = ("zeros", "border", "reflection")
+
+
+def _grid_host(call, outs, dt):
+    op, a = call.op, call.attrs
+    h = Host()
+    xm, gm, om = call.meta("x"), call.meta("grid"), call.meta("out_grad")
+    if xm.ndim not in (4, 5):
+        fail(op, f"input 'x' must be 4-D [N, C, H, W] or 5-D [N, C, D, H, W], got shape "
+                 f"{list(xm.shape)}")
+    S = xm.ndim - 2
+    want_grid = "[N, H_out, W_out, 2]" if S == 2 else "[N, D_out, H_out, W_out, 3]"
+    if gm.ndim != S + 2 or gm.shape[-1] != S or gm.shape[0] != xm.shape[0]:
+        fail(op, f"input 'grid' must be {want_grid} for x of shape {list(xm.shape)}, got "
+                 f"{list(gm.shape)}")
+    want = (xm.shape[0], xm.shape[1]) + tuple(gm.shape[1:-1])
+    if tuple(om.shape) != want:
+        fail(op, f"input 'out_grad' must have shape {list(want)} (x's [N, C] and grid's output "
+                 f"size), got {list(om.shape)}")
+    if a["mode"] not in GRID_MODES:
+        fail(op, f"attribute 'mode' is {a['mode']!r}; expected one of {', '.join(GRID_MODES)}")
+    if a["padding_mode"] not in PADDINGS:
+        fail(op, f"attribute 'padding_mode' is {a['padding_mode']!r}; expected one of "
+                 f"{', '.join(PADDINGS)}")
+    N, C = xm.shape[:2]
+    P, Q = math.prod(xm.shape[2:]), math.prod(gm.shape[1:-1])
+    h.views = {"x": (N, C, P), "x_grad": (N, C, P), "out_grad": (N, C, Q), "grid": (N, Q, S),
+               "grid_grad": (N, Q, S)}
+    # spatial sizes, x (W) first: the views hide them
+    h.scalars = {f"size{ax}": ("int64", int(xm.shape[-1 - ax])) for ax in range(S)}
+    h.static = {"S": S, "mode": a["mode"], "padding": a["padding_mode"],
+                "align_corners": bool(a["align_corners"])}
+    return h
+
+
+def _round_even(v):
+    """Round half to even, as Paddle 3.3.1's grid_sample nearest does (Eigen's vectorised round):
+    written out because TVM's ``round`` is half-to-even on LLVM but half-away on CUDA."""
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    dt_ = str(v.ty)
+    c = lambda x: tirx.const(x, dt_)  # noqa: E731
+    r = tirx.floor(v)
+    frac = v - r
+    odd = (r - tirx.floor(r * c(0.5)) * c(2.0)) != c(0.0)
+    up = tirx.any(frac > c(0.5), tirx.all(frac == c(0.5), odd))
+    return r + select(up, c(1.0), c(0.0))
+
+
+def _grid_coords(grid, axis, size, pad, ac, cdt, name):
+    """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
+    2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
+    rounding step of Paddle's (Eigen, unfused) arithmetic is its own stage so that no fused
+    multiply-add can change a floor."""
+    shape = list(grid.shape[:-1])
+    mx = i64(size) - 1
+    c = lambda v: const(v, cdt)  # noqa: E731
+    mxf = cast(mx, "float64")
+    factor = cast(mxf * 0.5 if ac else (mxf + 1.0) * 0.5, cdt)
+    u = te.compute(shape, lambda n, o: (to_compute(grid[n, o, axis], info().dt).astype(cdt)
+                                        + c(1.0)) * factor, name=f"{name}_u")
+    c0 = u if ac else te.compute(shape, lambda n, o: u[n, o] - c(0.5), name=f"{name}_c0")
+    if pad == "zeros":
+        scale = te.compute(shape, lambda n, o: factor, name=f"{name}_s")
+        return c0, scale
+    if pad == "border":
+        coord = te.compute(shape, lambda n, o: tirx.min(tirx.max(c0[n, o], c(0.0)), cast(mx, cdt)),
+                           name=f"{name}_c")
+        scale = te.compute(shape, lambda n, o: select(coord[n, o] == c0[n, o], factor, c(0.0)),
+                           name=f"{name}_s")
+        return coord, scale
+    # reflection
+    dr = cast(mxf * 2.0 if ac else (mxf + 1.0) * 2.0, cdt)
+    base = c0 if ac else te.compute(shape, lambda n, o: c0[n, o] + c(0.5), name=f"{name}_b")
+    q = te.compute(shape, lambda n, o: tirx.floor(tirx.abs(base[n, o]) / dr) * dr,
+                   name=f"{name}_q")
+    extra = te.compute(shape, lambda n, o: tirx.abs(base[n, o]) - q[n, o], name=f"{name}_e")
+
+    def sign(n, o):
+        neg = base[n, o] < c(0.0)
+        flip = extra[n, o] > dr - extra[n, o]
+        return select(neg, select(flip, c(1.0), c(-1.0)), select(flip, c(-1.0), c(1.0)))
+
+    if ac:
+        coord = te.compute(shape, lambda n, o: select(mx == 0, c(0.0),
+                                                      tirx.min(extra[n, o], dr - extra[n, o])),
+                           name=f"{name}_c")
+        scale = te.compute(shape, lambda n, o: factor * sign(n, o), name=f"{name}_s")
+        return coord, scale
+    refl = te.compute(shape, lambda n, o: tirx.min(extra[n, o], dr - extra[n, o]) - c(0.5),
+                      name=f"{name}_r")
+    coord = te.compute(shape, lambda n, o: tirx.min(tirx.max(refl[n, o], c(0.0)), cast(mx, cdt)),
+                       name=f"{name}_c")
+    scale = te.compute(shape, lambda n, o: select(coord[n, o] == refl[n, o], factor * sign(n, o),
+                                                  c(0.0)), name=f"{name}_s")
+    return coord, scale
+
+
+def _in_bound(vals, sizes, cdt):
+    """Paddle's IsInBound (0 <= v <= size-1 for each coordinate; NaN counts as outside)."""
+    conds = []
+    for v, n in zip(vals, sizes):
+        conds += [v >= const(0.0, cdt), v <= cast(i64(n) - 1, cdt)]
+    return tirx.all(*conds)
+
+
+def _corner_order(S):
+    """Paddle's corner order as per-axis picks (x, y[, z]) with 0 = low, 1 = high:
+    (x_w, y_n), (x_w, y_s), (x_e, y_n), (x_e, y_s) [, then the far z plane]."""
+    import itertools
+    out = []
+    for bits in itertools.product((0, 1), repeat=S):
+        if S == 2:
+            out.append((bits[0], bits[1]))
+        else:
+            out.append((bits[1], bits[2], bits[0]))
+    return out
+
+
+# grid_grad terms per axis: the other axes' corner picks (0 low, 1 high) in Paddle's summation
+# order, e.g. 2-D x: (v_en − v_wn)·d_s + (v_es − v_ws)·d_n
+_GRAD_TERMS = {
+    2: {0: [{1: 0}, {1: 1}], 1: [{0: 0}, {0: 1}]},
+    3: {0: [{1: 0, 2: 0}, {1: 1, 2: 0}, {1: 0, 2: 1}, {1: 1, 2: 1}],
+        1: [{0: 0, 2: 0}, {0: 1, 2: 0}, {0: 0, 2: 1}, {0: 1, 2: 1}],
+        2: [{0: 0, 1: 1}, {0: 1, 1: 1}, {0: 0, 1: 0}, {0: 1, 1: 0}]},
+}
+
+
+@sample_op(host=_grid_host, float_inputs=("x", "grid", "out_grad"), pattern="interp_gather")
+def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
+    """x_grad[n, c, corner(o)] += out_grad[n, c, o]·Π weights (corners of grid(o) in range; one
+    owner per (n, c) plane, output positions in order); grid_grad[n, o] = Σ_c out_grad[n, c, o]·
+    ∂(interpolated value)/∂(coordinate) · (unnormalise/clip/reflect slope); 0 for nearest"""
+    ctx = info()
+    st, dt = ctx.static, ctx.dt
+    S, md, pad, ac = st["S"], st["mode"], st["padding"], st["align_corners"]
+    adt = acc_dtype(dt)
+    cdt = adt
+    sizes = [ctx.s[f"size{ax}"] for ax in range(S)]         # W, H[, D]
+    N, C, P = x.shape
+    Q = grid.shape[1]
+    coords, scales = [], []
+    for ax in range(S):
+        cc, sc = _grid_coords(grid, ax, sizes[ax], pad, ac, cdt, f"g{ax}")
+        coords.append(cc)
+        scales.append(sc)
+
+    def flat(pos):
+        """Flat index of integral float coordinates (x, y[, z]) within a plane."""
+        idx = i64(0)
+        for ax in reversed(range(S)):
+            idx = idx * i64(sizes[ax]) + i64(pos[ax])
+        return idx
+
+    # per corner: the flat target index (-1: out of range) and the weight
+    if md == "nearest":
+        def near_idx(n, o):
+            r = [_round_even(coords[ax][n, o]) for ax in range(S)]
+            return select(_in_bound(r, sizes, cdt), flat(r), i64(-1))
+        corners = [(te.compute((N, Q), near_idx, name="cidx0"), None)]
+        dlo = dhi = []
+    else:
+        def per_axis(ax):
+            c_ = coords[ax]
+            low = te.compute((N, Q), lambda n, o: tirx.floor(c_[n, o]), name=f"lo{ax}")
+            d_lo = te.compute((N, Q), lambda n, o: low[n, o] + const(1.0, cdt) - c_[n, o],
+                              name=f"dlo{ax}")
+            d_hi = te.compute((N, Q), lambda n, o: c_[n, o] - low[n, o], name=f"dhi{ax}")
+            return low, d_lo, d_hi
+
+        lo, dlo, dhi = map(list, zip(*[per_axis(ax) for ax in range(S)]))
+
+        def corner(k, pick):
+            def cidx(n, o):
+                pos = [lo[ax][n, o] + const(float(pick[ax]), cdt) for ax in range(S)]
+                return select(_in_bound(pos, sizes, cdt), flat(pos), i64(-1))
+            return te.compute((N, Q), cidx, name=f"cidx{k}")
+
+        corners = [(corner(k, pick), pick) for k, pick in enumerate(_corner_order(S))]
+
+    # ---- x_grad: one owner per (n, c) plane walks the output positions in order
+    tabs = [t for t, _ in corners] + ([] if md == "nearest" else dlo + dhi)
+
+    def gen(ins, outs, body):
+        from tvm.script.ir_builder import tirx as T
+        G = proxy(ins[0])
+        TB = [proxy(b) for b in ins[1:]]
+        O = proxy(outs[0])
+        od = outs[0].dtype
+        nc = len(corners)
+
+        def blk(Pv, _S):
+            n, ch = Pv[0], Pv[1]
+            with T.serial(0, i64(P)) as p:
+                O[n, ch, p] = const(0.0, od)
+            with T.serial(0, i64(Q)) as o:
+                g = cast(to_compute(G[n, ch, o], dt), cdt)
+                for k, (_, pick) in enumerate(corners):
+                    idx = TB[k][n, o]
+                    val = g
+                    if pick is not None:          # out_grad·d_x·d_y[·d_z], in Paddle's order
+                        for ax in range(S):
+                            val = val * (TB[nc + S + ax][n, o] if pick[ax] else TB[nc + ax][n, o])
+                    with T.If(idx >= i64(0)):
+                        with T.Then():
+                            O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
+
+        body.block("scatter", blk, par=[N, C], reads=list(ins), writes=list(outs))
+
+    (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen)
+    x_grad = store_cast(acc, dt, "x_grad")
+    if md == "nearest":
+        grid_grad = te.compute(grid.shape, lambda *i: const(0.0, dt.storage), name="grid_grad")
+        return x_grad, grid_grad
+
+    # ---- grid_grad: one owner per output position sums over the channels
+    cw_of = {pick: t for t, pick in corners}
+
+    def gen2(ins, outs, body):
+        from tvm.script.ir_builder import tirx as T
+        X, G = proxy(ins[0]), proxy(ins[1])
+        TB = [proxy(b) for b in ins[2:]]
+        O = proxy(outs[0])
+        n_idx = len(cw_of)
+        IDX = {pick: TB[k] for k, pick in enumerate(cw_of)}
+        DLO = TB[n_idx:n_idx + S]
+        DHI = TB[n_idx + S:n_idx + 2 * S]
+        SC = TB[n_idx + 2 * S:n_idx + 3 * S]
+        zero = const(0.0, cdt)
+
+        def blk(Pv, _S):
+            n, o = Pv[0], Pv[1]
+            accs = [proxy(T.alloc_buffer((1,), dtype=cdt, scope="local",
+                                         align=8 if cdt == "float64" else 4)) for _ in range(S)]
+            for a in accs:
+                a[0] = zero
+            ids = {pick: T.bind(IDX[pick][n, o]) for pick in IDX}
+            with T.serial(0, i64(C)) as k:
+                g = cast(to_compute(G[n, k, o], dt), cdt)
+
+                def v(pick):
+                    i = ids[pick]
+                    return select(i >= i64(0), cast(to_compute(X[n, k, tirx.max(i, i64(0))], dt),
+                                                    cdt), zero)
+
+                for ax in range(S):
+                    total = None
+                    for picks in _GRAD_TERMS[S][ax]:     # {other axis: low/high}, Paddle's order
+                        hi, lo_ = [0] * S, [0] * S
+                        w = None
+                        for a in sorted(picks):
+                            hi[a] = lo_[a] = picks[a]
+                            wa = DHI[a][n, o] if picks[a] else DLO[a][n, o]
+                            w = wa if w is None else w * wa
+                        hi[ax], lo_[ax] = 1, 0
+                        term = (v(tuple(hi)) - v(tuple(lo_))) * w
+                        total = term if total is None else total + term
+                    accs[ax][0] = accs[ax][0] + total * g
+            # a NaN coordinate reaches no corner; its NaN weights mark the whole point
+            lost = tirx.any(*[tirx.isnan(t[a][n, o]) for t in (DLO, DHI) for a in range(S)])
+            for ax in range(S):
+                O[n, o, ax] = cast(select(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
+                                   dt.storage)
+
+        body.block("grid_grad", blk, par=[N, Q], reads=list(ins), writes=list(outs))
+
+    idx_tabs = list(cw_of.values())
+    (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],
+                          [x, out_grad] + idx_tabs + dlo + dhi + scales, gen2)
+    return x_grad, grid_grad
+
+
+# ------------------------------------------------------------------------------------------
+# affine_grid
+
+def _affine_host(call, outs, dt):
+    op = call.op
+    h = Host()
+    h.host_only = {"input"}
+    shape = tuple(call.attrs["output_shape"])
+    S = len(shape) - 2
+    gm = call.meta("output_grad")
+    im = call.meta("input")
+    want = (gm.shape[0], S, S + 1)
+    if tuple(im.shape) != want:
+        fail(op, f"input 'input' (theta) must have shape {list(want)} for output_shape "
+                 f"{list(shape)}, got {list(im.shape)}")
+    if im.dtype != gm.dtype:
+        raise TypeError(f"{op}: input 'input' has dtype {im.dtype.name} but 'output_grad' has "
+                        f"{gm.dtype.name}; they must match")
+    h.static = {"S": S, "align_corners": bool(call.attrs["align_corners"])}
+    return h
+
+
+def _linspace(count, ac, cdt, name):
+    """Paddle's affine_grid base coordinates along one dim: start + i·step in T (step 2/(S−1),
+    or 2/S with start −(S−1)/S when not align_corners); a single point is 0."""
+    c = lambda v: const(v, cdt)  # noqa: E731
+    cnt = cast(count, cdt)
+    if ac:
+        step = c(2.0) / (cnt - c(1.0))
+        start = c(-1.0)
+    else:
+        step = c(2.0) / cnt
+        start = c(-1.0) * ((cnt - c(1.0)) / cnt)
+    prod = te.compute((count,), lambda i: cast(i, cdt) * step, name=f"{name}_p")
+    return te.compute((count,), lambda i: select(i64(count) == 1, c(0.0), start + prod[i]),
+                      name=name)
+
+
+@sample_op(host=_affine_host, float_inputs=("input", "output_grad"), pattern="interp_gather",
+           infer_meta=None)
+def affine_grid_grad(input, output_grad, output_shape, align_corners):
+    """theta_grad[n, i, j] = Σ_{(d,)h,w} output_grad[n, (d,)h, w, i]·base[(d,)h, w, j] with
+    base = [x_w, y_h, (z_d,) 1] (Paddle's linspace)"""
+    ctx = info()
+    S, ac, dt = ctx.static["S"], ctx.static["align_corners"], ctx.dt
+    adt = acc_dtype(dt)
+    g = output_grad
+    N = g.shape[0]
+    sp = list(g.shape[1:-1])                    # (D,) H, W
+    lins = [_linspace(sp[d], ac, adt, f"lin{d}") for d in range(S)]   # (d,) h, w
+    axes = [te.reduce_axis((i64(0), sp[d]), name=f"r{d}") for d in range(S)]
+
+    def f(n, i, j):
+        pos = [a.var for a in axes]
+        val = cast(to_compute(g[tuple([n] + pos + [i])], dt), adt)
+        base = const(1.0, adt)
+        for k in range(S):              # j = k: the k-th coordinate, x = last spatial dim
+            base = select(j == k, lins[S - 1 - k][pos[S - 1 - k]], base)
+        return te.sum(val * base, axis=axes)
+
+    acc = te.compute((N, S, S + 1), f, name="theta_acc")
+    return store_cast(acc, dt, "input_grad")

@@ -1,0 +1,927 @@
+"""Matrix-product grads (bmm, addmm, mv, dot, multi_dot, kron, bilinear, cross, trace,
+weight_only_linear) and the *dense* family that conv.py and pool.py build on.
+
+The dense family (``@dense_op``) is ``@tensor_op`` with what tiled contractions need:
+
+* ``views(call, outs) -> View``: per-call zero-copy views of the inputs/outputs (each dim a symbol
+  name shared by every tensor that names it, or an int baked into the kernel: a conv's kernel
+  size), and ``info``, hashable values derived from the call (resolved paddings, an association
+  order) that go into the kernel key and that the builder reads with ``build_info()``;
+* the builder marks its contraction stage with ``main_attrs`` and the operand copies it reads
+  through with ``SRC_ROOT`` / ``SRC_TILE``; the ``gemm_dense`` schedules tile the contraction
+  (register-blocked micro-kernel on the CPU, shared-memory tiles on CUDA), see
+  schedules/cpu/gemm_dense.py and schedules/cuda/gemm_dense.py.
+
+A contraction stage ``C[..., m, ..., n] = sum_k A(.., m, k) * B(.., n, k)`` has one *M* axis
+(the broadcast operand's rows, unrolled in the CPU micro-kernel) and one *N* axis (the vectorised
+axis; its operand reads must be contiguous along it). Both are computed over extents padded to a
+*grain* (``grain``: 64 for long axes, less for short ones; chosen when planning, in the key) and
+every operand is read through a zero-padded copy (a *source*) valid on the padded domain, so
+that no tile of any schedule needs a bounds check. The one consumer of a contraction crops the
+padding and casts (its *epilogue*).
+
+Semantics follow Paddle 3.3.1 (phi/kernels/impl/*_grad_kernel_impl.h); half types compute and
+accumulate in float32 and round once, as Paddle's GPU kernels do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.families import OpError
+from tvmgrad.families.base import Arg, Plan
+from tvmgrad.families.tensor import TensorOp
+# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
+from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
+from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
+from tvmgrad.lazy import te, tirx
+
+__all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "const", "main_attrs", "SRC_ROOT", "SRC_TILE",
+           "grain", "ceil_to", "load", "zero", "gemm", "store", "source"]
+
+
+# ------------------------------------------------------------------------------------------
+# the dense family
+
+@dataclass
+class View:
+    """How a call's arrays are seen by the kernel (see module docstring)."""
+
+    templates: dict = field(default_factory=dict)   # name -> tuple of symbol names / ints (or list)
+    sizes: dict = field(default_factory=dict)       # symbol -> this call's value
+    info: tuple = ()                                # hashable, in the key, read by build_info()
+
+
+_INFO: list = []
+_IDX: list = []
+
+SMALL = 1 << 26     # tensors below this many elements get int32 index arithmetic
+
+
+def build_info():
+    """The ``View.info`` of the kernel being built (for the builder)."""
+    return _INFO[-1] if _INFO else ()
+
+
+def index_dtype() -> str:
+    """The index dtype of the kernel being built: int32 when every tensor of the call has fewer
+    than SMALL elements (with room for padded operand copies; int32 offsets halve the
+    registers of CUDA index arithmetic), else int64. Part of the kernel key."""
+    return _IDX[-1] if _IDX else "int64"
+
+
+def const(v: int):
+    """An index constant in the kernel's index dtype."""
+    return tirx.const(int(v), index_dtype())
+
+
+class DenseOp(TensorOp):
+    """``tensor_op`` with per-call views and build info; schedules ``gemm_dense`` by default."""
+
+    family_kind = "tensor"
+
+    def __init__(self, fn, *, views=None, check=None, pattern="gemm_dense", ignore=(), **options):
+        super().__init__(fn, validate=check, pattern=pattern, **options)
+        self.views = views
+        self.ignore = tuple(ignore)     # attributes the kernel never reads: not in the key
+
+    def runtime_attrs(self, spec) -> list[str]:
+        return [n for n in super().runtime_attrs(spec) if n not in self.ignore]
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        floats = self._float_names(spec, present)
+        dt = self.check_dtype(call, floats)
+        metas = {n: call.meta(n) for n in present}
+        for n in present:
+            if n in floats:
+                continue
+            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
+                if m.dtype.name not in self.index_dtypes:
+                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one "
+                                    f"of {', '.join(self.index_dtypes)}")
+        if self.validate is not None:
+            self.validate(call, outs)
+        view = self.views(call, outs) if self.views else View()
+        out_names = [o.name for o in spec.outputs]
+        all_metas = dict(metas)
+        all_metas.update({o: m for o, m in zip(out_names, outs) if m is not None})
+        templates, shapes = {}, {}
+        for name, tpl in view.templates.items():
+            if name not in all_metas or tpl is None:
+                continue
+            meta = all_metas[name]
+            if isinstance(meta, list):
+                templates[name] = tuple(tuple(t) for t in tpl)
+                shapes[name] = [self._shape(op, name, t, view.sizes, m) for t, m in zip(tpl, meta)]
+            else:
+                templates[name] = tuple(tpl)
+                shapes[name] = self._shape(op, name, tpl, view.sizes, meta)
+
+        def layout_of(name, meta):
+            if isinstance(meta, list):
+                return tuple((templates[name][i] if name in templates else m.ndim, m.dtype.name)
+                             for i, m in enumerate(meta))
+            return (templates.get(name, meta.ndim), meta.dtype.name)
+
+        layout = tuple((n, layout_of(n, metas[n])) for n in present)
+        out_layout = tuple(None if m is None else layout_of(o, m) for o, m in zip(out_names, outs))
+        runtime = self.runtime_attrs(spec)
+        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs
+                       if p.name not in runtime and p.name not in self.ignore)
+        sizes = [math.prod(m.shape) for m in all_metas.values()
+                 for m in (m if isinstance(m, list) else [m])]
+        idx = "int32" if max(sizes, default=0) < SMALL else "int64"
+        key = ("dense", op, dt.name, layout, out_layout, static, view.info, idx)
+        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
+        args = []
+        for n in present:
+            if n in spec.no_need_buffer:
+                continue
+            if isinstance(metas[n], list):
+                sh = shapes.get(n)
+                args += [Arg("input", n, index=i, shape=None if sh is None else sh[i])
+                         for i in range(len(metas[n]))]
+            else:
+                args.append(Arg("input", n, shape=shapes.get(n)))
+        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        for o, m in zip(spec.outputs, outs):
+            if m is None:
+                continue
+            if isinstance(m, list):
+                sh = shapes.get(o.name)
+                args += [Arg("output", o.name, index=i, shape=None if sh is None else sh[i])
+                         for i in range(len(m))]
+            else:
+                args.append(Arg("output", o.name, shape=shapes.get(o.name)))
+        attrs = dict(call.attrs)
+        info = view.info
+        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
+                    make=lambda: self._build(spec, metas, outs, templates, runtime, attrs, dt, info,
+                                             idx),
+                    args=tuple(args), pattern=self.pattern)
+
+    @staticmethod
+    def _shape(op, name, tpl, sizes, meta):
+        shape = tuple(sizes[d] if isinstance(d, str) else int(d) for d in tpl)
+        if math.prod(shape) != math.prod(meta.shape):
+            raise RuntimeError(f"{op}: view {list(shape)} of {name} {list(meta.shape)}")
+        return shape
+
+    def _build(self, spec, metas, outs, templates, runtime, attrs, dt, info, idx="int64"):
+        symbols = {}
+
+        def dim(d):
+            if isinstance(d, str):
+                if d not in symbols:
+                    symbols[d] = te.var(d, idx)
+                return symbols[d]
+            return tirx.const(int(d), idx)
+
+        def holder(name, meta, tpl):
+            shape = ([dim(d) for d in tpl] if tpl is not None
+                     else [te.var(f"{name}_d{i}", idx) for i in range(meta.ndim)])
+            return te.placeholder(shape, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n, m in metas.items():
+            tpl = templates.get(n)
+            if isinstance(m, list):
+                tensors[n] = [holder(f"{n}{i}", x, None if tpl is None else tpl[i])
+                              for i, x in enumerate(m)]
+            else:
+                tensors[n] = holder(n, m, tpl)
+        scalars = {n: te.var(n, dt.compute) for n in runtime}
+        kwargs = {p.name: tensors.get(p.name, scalars.get(p.name, attrs.get(p.name)))
+                  for p in spec.args}
+        _INFO.append(info)
+        _IDX.append(idx)
+        try:
+            result = self.fn(**kwargs)
+        finally:
+            _INFO.pop()
+            _IDX.pop()
+        if isinstance(result, PrimFuncResult):    # a hand-written kernel (sequential scatter)
+            return result.func
+        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
+        if len(result) != len(spec.outputs):
+            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs")
+        params = []
+        for n in metas:
+            if n not in spec.no_need_buffer:
+                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += [scalars[n] for n in runtime]
+        for o, m, r in zip(spec.outputs, outs, result):
+            if m is None:
+                continue
+            if r is None:
+                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+            params += list(r) if isinstance(m, list) else [r]
+        return self.prim_func(spec, params)
+
+
+class PrimFuncResult:
+    """What a builder returns for a kernel written as a whole PrimFunc (TVMScript) instead of TE:
+    its parameters are the plan's, in order (present inputs except no_need_buffer ones, runtime
+    float attributes, produced outputs), with the views' shapes."""
+
+    def __init__(self, func):
+        self.func = func
+
+
+def dense_op(fn=None, **options):
+    """Decorator: a ``DenseOp`` (see the module docstring)."""
+    if fn is None:
+        return lambda f: DenseOp(f, **options)
+    return DenseOp(fn, **options)
+
+
+# ------------------------------------------------------------------------------------------
+# TE helpers for contractions
+
+SRC_ROOT = {"dense.src": "root"}    # an operand copy made once, before the contraction
+SRC_TILE = {"dense.src": "tile"}    # an operand copy made per outer tile (a packed panel on CPU)
+
+GRAINS = (4, 8, 16, 32, 64)
+PAD_K = 16     # padding of a contraction's first reduction axis (the CUDA staging step)
+
+
+def grain(n: int) -> int:
+    """The padding granularity of a tiled axis of extent n (known when planning): 64 (the
+    largest tile of any schedule) for long axes, the smallest grain holding n for short ones,
+    so that a short axis is not computed 64 wide. Part of the kernel key."""
+    return next((g for g in GRAINS if g >= n), 64) if n < 48 else 64
+
+
+def main_attrs(m: int, n: int, gm: int, gn: int, order: str = "nm", gk: int = PAD_K,
+               halo: tuple = ()) -> dict:
+    """Block annotations of a contraction: its M and N axes (indices among its spatial axes),
+    their padding grains (the extents are multiples; schedules tile within them), and which of
+    the two tile loops is outer on the CPU (``nm``: each N panel once, its M tiles inside), and
+    the padding grain of the reduction axis the CUDA schedule stages (its step divides it), and
+    the outer spatial axes whose operand rows carry a halo (a conv's leading spatial dims: the
+    CUDA grid indexes them directly so that TVM can bound the staged halo)."""
+    return {"dense.main": 1, "dense.m": m, "dense.n": n, "dense.gm": gm, "dense.gn": gn,
+            "dense.order": order, "dense.gk": gk, "dense.halo": list(halo)}
+
+
+def ceil_to(x, t: int):
+    """x rounded up to a multiple of the constant t (an index expr)."""
+    if t == 1:
+        return x
+    return tirx.floordiv(x + (t - 1), t) * t
+
+
+def zero(dt):
+    return tirx.const(0, dt.compute)
+
+
+def load(t, idx, dt):
+    """An element of placeholder ``t`` in the compute dtype."""
+    return to_compute(t[tuple(idx)], dt)
+
+
+def store(dt, out_dtype=None):
+    """The cast of a compute value to the storage dtype of the output."""
+    target = out_dtype or dt.storage
+
+    def cast(v):
+        if not hasattr(v, "ty"):
+            v = v.asobject()
+        return v if str(v.ty) == target else v.astype(target)
+    return cast
+
+
+def source(name, shape, value, valid, acc, where="root"):
+    """A zero-padded operand copy: ``value(idx)`` where ``valid(idx)``, else 0."""
+    return te.compute(shape, lambda *i: te.if_then_else(valid(i), value(i), tirx.const(0, acc)),
+                      name=name, attrs=SRC_TILE if where == "tile" else SRC_ROOT)
+
+
+def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", acc=None,
+         exact=True):
+    """``C[*batch, m, n] = sum_k a(bi, m, k) · b(bi, n, k)``, M and N padded to their grains
+    (``grain``), K to PAD_K.
+
+    Both operands are read through zero-padded copies (sources): ``{name}_a[*batch, M', K']``
+    (made once) and ``{name}_b[*batch, K', N']`` (contiguous along n; per N panel with
+    ``b_src="tile"``, else once). Returns the contraction (compute dtype, shape
+    ``(*batch, M', N')``); its one consumer crops and casts.
+
+    With ``exact`` (the operands are float16 values, not products or sums of them) float16
+    sources stay float16 and the contraction is annotated ``dense.tc``: the CUDA schedule runs
+    it on tensor cores (WMMA 16x16x16, float32 accumulation) when its grains allow."""
+    acc = acc or dt.compute
+    nbat = len(batch)
+    Mp, Np, Kp = ceil_to(M, gm), ceil_to(N, gn), ceil_to(K, PAD_K)
+    tc = exact and dt.name == "float16" and acc == "float32"
+    sdt = "float16" if tc else acc
+    asrc = source(f"{name}_a", (*batch, Mp, Kp),
+                  lambda i: a(i[:nbat], i[-2], i[-1]).astype(sdt),
+                  lambda i: tirx.all(i[-2] < M, i[-1] < K), sdt)
+    bsrc = source(f"{name}_b", (*batch, Kp, Np),
+                  lambda i: b(i[:nbat], i[-1], i[-2]).astype(sdt),
+                  lambda i: tirx.all(i[-1] < N, i[-2] < K), sdt, where=b_src)
+    k = te.reduce_axis((0, Kp), name=f"{name}_k")
+    attrs = main_attrs(nbat, nbat + 1, gm, gn, order)
+    if tc:
+        attrs["dense.tc"] = 1
+    return te.compute(
+        (*batch, Mp, Np),
+        lambda *i: te.sum(asrc[(*i[:nbat], i[-2], k)].astype(acc)
+                          * bsrc[(*i[:nbat], k, i[-1])].astype(acc), axis=k),
+        name=name, attrs=attrs)
+
+
+# ------------------------------------------------------------------------------------------
+# shape checks
+
+def _fail(op, msg):
+    raise OpError(f"{op}: {msg}")
+
+
+def _rank(call, name, ranks):
+    meta = call.meta(name)
+    if meta.ndim not in ranks:
+        _fail(call.op, f"input {name!r} must have rank {' or '.join(map(str, ranks))}, got shape "
+                       f"{list(meta.shape)}")
+    return meta.shape
+
+
+def _same(call, what, pairs):
+    """pairs: [(name, dim, value)...]: every named dim must equal the first."""
+    (n0, d0, v0) = pairs[0]
+    for n, d, v in pairs[1:]:
+        if v != v0:
+            _fail(call.op, f"{what}: {n}.shape[{d}] = {v} does not match {n0}.shape[{d0}] = {v0}")
+
+
+# ------------------------------------------------------------------------------------------
+# bmm
+
+def _bmm_views(call, outs):
+    x = _rank(call, "x", (3,))
+    y = _rank(call, "y", (3,))
+    g = _rank(call, "out_grad", (3,))
+    _same(call, "batch", [("x", 0, x[0]), ("y", 0, y[0]), ("out_grad", 0, g[0])])
+    _same(call, "contracted dim", [("x", 2, x[2]), ("y", 1, y[1])])
+    _same(call, "rows", [("x", 1, x[1]), ("out_grad", 1, g[1])])
+    _same(call, "columns", [("y", 2, y[2]), ("out_grad", 2, g[2])])
+    return View({"x": ("B", "M", "K"), "y": ("B", "K", "N"), "out_grad": ("B", "M", "N"),
+                 "x_grad": ("B", "M", "K"), "y_grad": ("B", "K", "N")},
+                {"B": x[0], "M": x[1], "K": x[2], "N": y[2]},
+                (grain(x[1]), grain(x[2]), grain(y[2])))
+
+
+@dense_op(views=_bmm_views)
+def bmm_grad(x, y, out_grad):
+    """x_grad = out_grad · yᵀ, y_grad = xᵀ · out_grad (per batch)."""
+    dt = as_dtype(x.dtype)
+    B, M, K = x.shape
+    N = y.shape[2]
+    gm, gk, gn = build_info()
+    out = store(dt)
+    cx = gemm("bmm_dx", (B,), M, K, N,
+              lambda bi, m, n: load(out_grad, (*bi, m, n), dt),
+              lambda bi, k, n: load(y, (*bi, k, n), dt), dt, gm, gk)
+    cy = gemm("bmm_dy", (B,), K, N, M,
+              lambda bi, k, m: load(x, (*bi, m, k), dt),
+              lambda bi, n, m: load(out_grad, (*bi, m, n), dt), dt, gk, gn)
+    dx = te.compute((B, M, K), lambda b, m, k: out(cx[b, m, k]), name="x_grad")
+    dy = te.compute((B, K, N), lambda b, k, n: out(cy[b, k, n]), name="y_grad")
+    return dx, dy
+
+
+def _f32(v, acc):
+    """A float attribute as Paddle's kernels see it (a C++ float), in the compute dtype."""
+    return v.astype("float32").astype(acc)
+
+
+def _mm(name, A, ta, B, tb, M, N, K, dt, gm, gn, batch=()):
+    """op(A) @ op(B) (op = transpose when t*) over [*batch, M, K] x [*batch, K, N] operands given
+    as index functions / tensors; -> the contraction (padded; crop with the result's shape)."""
+    def at(t, trans, bi, r, c):
+        idx = (*bi, c, r) if trans else (*bi, r, c)
+        return t(*idx) if callable(t) and not hasattr(t, "shape") else t[idx]
+    return gemm(name, batch, M, N, K,
+                lambda bi, m, k: at(A, ta, bi, m, k),
+                lambda bi, n, k: at(B, tb, bi, k, n), dt, gm, gn)
+
+
+def _crop(name, c, shape, f=None):
+    f = f or (lambda v: v)
+    return te.compute(shape, lambda *i: f(c[i]), name=name)
+
+
+# ------------------------------------------------------------------------------------------
+# addmm
+
+def _addmm_views(call, outs):
+    inp = _rank(call, "input", (1, 2))
+    x = _rank(call, "x", (2,))
+    y = _rank(call, "y", (2,))
+    g = _rank(call, "out_grad", (2,))
+    _same(call, "contracted dim", [("x", 1, x[1]), ("y", 0, y[0])])
+    _same(call, "rows", [("x", 0, x[0]), ("out_grad", 0, g[0])])
+    _same(call, "columns", [("y", 1, y[1]), ("out_grad", 1, g[1])])
+    i2 = (1, *inp) if len(inp) == 1 else inp
+    for d, (have, want) in enumerate(zip(i2, g)):
+        if have not in (1, want):
+            _fail(call.op, f"input 'input' of shape {list(inp)} does not broadcast to out_grad "
+                           f"{list(g)}")
+    rows = "M" if i2[0] != 1 else 1
+    cols = "N" if i2[1] != 1 else 1
+    tpl = (rows, cols)
+    return View({"input": tpl, "input_grad": tpl, "x": ("M", "K"), "x_grad": ("M", "K"),
+                 "y": ("K", "N"), "y_grad": ("K", "N"), "out_grad": ("M", "N")},
+                {"M": x[0], "K": x[1], "N": y[1]}, (grain(x[0]), grain(x[1]), grain(y[1])))
+
+
+@dense_op(views=_addmm_views)
+def addmm_grad(input, x, y, out_grad, alpha, beta):
+    """input_grad = beta · out_grad summed to input's (broadcast) shape, x_grad = alpha ·
+    out_grad · yᵀ, y_grad = alpha · xᵀ · out_grad (alpha, beta as C++ floats)."""
+    dt = as_dtype(x.dtype)
+    acc = dt.compute
+    M, K = x.shape
+    N = y.shape[1]
+    gm, gk, gn = build_info()
+    out = store(dt)
+    a, b = _f32(alpha, acc), _f32(beta, acc)
+    g = lambda *i: load(out_grad, i, dt)  # noqa: E731
+    cx = _mm("addmm_dx", g, False, lambda *i: load(y, i, dt), True, M, K, N, dt, gm, gk)
+    cy = _mm("addmm_dy", lambda *i: load(x, i, dt), True, g, False, K, N, M, dt, gk, gn)
+    dx = _crop("x_grad", cx, (M, K), lambda v: out(a * v))
+    dy = _crop("y_grad", cy, (K, N), lambda v: out(a * v))
+    rows, cols = input.shape
+    red = []
+    if _is_one(rows):
+        red.append(te.reduce_axis((0, M), name="addmm_r"))
+    if _is_one(cols):
+        red.append(te.reduce_axis((0, N), name="addmm_c"))
+
+    def summed(i, j):
+        ii = red[0] if _is_one(rows) else i
+        jj = red[-1] if _is_one(cols) else j
+        v = load(out_grad, (ii, jj), dt)
+        return te.sum(v, axis=red) if red else v
+    s = te.compute(input.shape, summed, name="addmm_sum")
+    di = te.compute(input.shape, lambda i, j: out(b * s[i, j]), name="input_grad")
+    return di, dx, dy
+
+
+def _is_one(d) -> bool:
+    return hasattr(d, "value") and int(d.value) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# dot, mv, cross, trace, kron
+
+def _dot_views(call, outs):
+    x = _rank(call, "x", (1, 2))
+    y = _rank(call, "y", (1, 2))
+    g = call.meta("out_grad").shape
+    if x != y:
+        _fail(call.op, f"inputs 'x' {list(x)} and 'y' {list(y)} must have the same shape")
+    b = x[0] if len(x) == 2 else 1
+    if math.prod(g) != b or (len(x) == 1 and len(g) > 1) or (len(x) == 2 and g not in ((b,), (b, 1))):
+        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected "
+                       f"{'[] or [1]' if len(x) == 1 else f'[{b}] or [{b}, 1]'}")
+    tpl = ("B", "N")
+    return View({"x": tpl, "y": tpl, "x_grad": tpl, "y_grad": tpl, "out_grad": ("B", 1)},
+                {"B": b, "N": x[-1]})
+
+
+@dense_op(views=_dot_views)
+def dot_grad(x, y, out_grad):
+    """x_grad = out_grad · y, y_grad = out_grad · x (per row for 2-D inputs)."""
+    dt = as_dtype(x.dtype)
+    out = store(dt)
+    dx = te.compute(x.shape, lambda b, n: out(load(out_grad, (b, 0), dt) * load(y, (b, n), dt)),
+                    name="x_grad")
+    dy = te.compute(x.shape, lambda b, n: out(load(out_grad, (b, 0), dt) * load(x, (b, n), dt)),
+                    name="y_grad")
+    return dx, dy
+
+
+def _mv_views(call, outs):
+    x = _rank(call, "x", (2,))
+    v = _rank(call, "vec", (1,))
+    g = _rank(call, "out_grad", (1,))
+    _same(call, "columns", [("x", 1, x[1]), ("vec", 0, v[0])])
+    _same(call, "rows", [("x", 0, x[0]), ("out_grad", 0, g[0])])
+    return View({"x": ("M", "N"), "x_grad": ("M", "N"), "vec": ("N",), "vec_grad": ("N",),
+                 "out_grad": ("M",)}, {"M": x[0], "N": x[1]})
+
+
+@dense_op(views=_mv_views)
+def mv_grad(x, vec, out_grad):
+    """x_grad = out_grad ⊗ vec, vec_grad = xᵀ · out_grad."""
+    dt = as_dtype(x.dtype)
+    out = store(dt)
+    M, N = x.shape
+    dx = te.compute((M, N), lambda m, n: out(load(out_grad, (m,), dt) * load(vec, (n,), dt)),
+                    name="x_grad")
+    r = te.reduce_axis((0, M), name="mv_m")
+    s = te.compute((N,), lambda n: te.sum(load(x, (r, n), dt) * load(out_grad, (r,), dt), axis=r),
+                   name="mv_sum")
+    dv = te.compute((N,), lambda n: out(s[n]), name="vec_grad")
+    return dx, dv
+
+
+def _cross_axis(call):
+    shape = call.meta("x").shape
+    axis = call.attrs["axis"]
+    rank = len(shape)
+    if axis == 9:        # Paddle's DDim::kMaxRank: the first dim of size 3
+        found = [i for i, d in enumerate(shape) if d == 3]
+        if not found:
+            _fail(call.op, f"no dimension of x {list(shape)} has size 3 (axis 9 = the first "
+                           f"such dimension)")
+        return found[0]
+    if not -rank <= axis < rank:
+        _fail(call.op, f"attribute 'axis' = {axis} is out of range for rank {rank}")
+    axis %= rank
+    if shape[axis] != 3:
+        _fail(call.op, f"x.shape[{axis}] must be 3, got {shape[axis]} (x {list(shape)})")
+    return axis
+
+
+def _cross_views(call, outs):
+    x, y, g = (call.meta(n).shape for n in ("x", "y", "out_grad"))
+    if not x == y == g:
+        # (Paddle 3.3.1 corrupts memory when y broadcasts: no broadcasting here)
+        _fail(call.op, f"x {list(x)}, y {list(y)} and out_grad {list(g)} must have the same shape")
+    axis = _cross_axis(call)
+    tpl = ("P", 3, "Q")
+    return View({n: tpl for n in ("x", "y", "out_grad", "x_grad", "y_grad")},
+                {"P": math.prod(x[:axis]), "Q": math.prod(x[axis + 1:])})
+
+
+@dense_op(views=_cross_views)
+def cross_grad(x, y, out_grad, axis):
+    """x_grad[j] = g[j+2]·y[j+1] − g[j+1]·y[j+2], y_grad[j] = g[j+1]·x[j+2] − g[j+2]·x[j+1]
+    (indices mod 3 along the axis; Paddle's order of operations)."""
+    dt = as_dtype(x.dtype)
+    out = store(dt)
+
+    def at(t, p, j, q):
+        return load(t, (p, tirx.floormod(j, 3), q), dt)
+
+    dx = te.compute(x.shape, lambda p, j, q: out(at(out_grad, p, j + 2, q) * at(y, p, j + 1, q)
+                                                 - at(out_grad, p, j + 1, q) * at(y, p, j + 2, q)),
+                    name="x_grad")
+    dy = te.compute(x.shape, lambda p, j, q: out(at(out_grad, p, j + 1, q) * at(x, p, j + 2, q)
+                                                 - at(out_grad, p, j + 2, q) * at(x, p, j + 1, q)),
+                    name="y_grad")
+    return dx, dy
+
+
+def _trace_views(call, outs):
+    x = call.meta("x").shape
+    g = call.meta("out_grad").shape
+    rank = len(x)
+    if rank < 2:
+        _fail(call.op, f"input 'x' must have rank >= 2, got shape {list(x)}")
+    a1, a2 = call.attrs["axis1"], call.attrs["axis2"]
+    for name, a in (("axis1", a1), ("axis2", a2)):
+        if not -rank <= a < rank:
+            _fail(call.op, f"attribute {name!r} = {a} is out of range for rank {rank}")
+    a1, a2 = a1 % rank, a2 % rank
+    if a1 == a2:
+        _fail(call.op, f"attributes 'axis1' and 'axis2' must differ, both are {a1}")
+    rest = tuple(d for i, d in enumerate(x) if i not in (a1, a2))
+    if tuple(g) != rest and not (rest == () and tuple(g) in ((), (1,))):
+        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(rest)} (x "
+                       f"{list(x)} without axes {a1} and {a2})")
+    return View({"out_grad": tuple(f"r{i}" for i in range(len(rest))) or (1,)},
+                {f"r{i}": d for i, d in enumerate(rest)}, (a1, a2))
+
+
+@dense_op(views=_trace_views)
+def trace_grad(x, out_grad, offset, axis1, axis2):
+    """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere."""
+    dt = as_dtype(out_grad.dtype)
+    a1, a2 = build_info()
+    rank = len(x.shape)
+
+    def f(*i):
+        rest = [i[k] for k in range(rank) if k not in (a1, a2)] or [0]
+        on = (i[a2] - i[a1]) == offset
+        return te.if_then_else(on, out_grad[tuple(rest)], tirx.const(0, dt.storage))
+    return te.compute(x.shape, f, name="x_grad")
+
+
+def _kron_views(call, outs):
+    x, y, g = (call.meta(n).shape for n in ("x", "y", "out_grad"))
+    r = max(len(x), len(y))
+    xp, yp = (1,) * (r - len(x)) + tuple(x), (1,) * (r - len(y)) + tuple(y)
+    want = tuple(a * b for a, b in zip(xp, yp))
+    if tuple(g) != want:
+        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (kron of x "
+                       f"{list(x)} and y {list(y)})")
+    xt = tuple(f"x{i}" for i in range(r))
+    yt = tuple(f"y{i}" for i in range(r))
+    gt = tuple(v for pair in zip(xt, yt) for v in pair)
+    sizes = {f"x{i}": xp[i] for i in range(r)}
+    sizes.update({f"y{i}": yp[i] for i in range(r)})
+    return View({"x": xt, "x_grad": xt, "y": yt, "y_grad": yt, "out_grad": gt}, sizes)
+
+
+@dense_op(views=_kron_views)
+def kron_grad(x, y, out_grad):
+    """out[i·|y| + j] = x[i]·y[j] per dim (ranks aligned with leading 1s): x_grad[i] = Σ_j
+    out_grad[i, j]·y[j], y_grad[j] = Σ_i out_grad[i, j]·x[i] (out_grad viewed as (i0, j0, i1,
+    j1, ...))."""
+    dt = as_dtype(x.dtype)
+    out = store(dt)
+    r = len(x.shape)
+    rj = [te.reduce_axis((0, y.shape[d]), name=f"kron_j{d}") for d in range(r)]
+    ri = [te.reduce_axis((0, x.shape[d]), name=f"kron_i{d}") for d in range(r)]
+
+    def gat(i, j):
+        return load(out_grad, tuple(v for pair in zip(i, j) for v in pair), dt)
+    sx = te.compute(x.shape, lambda *i: te.sum(gat(i, rj) * load(y, rj, dt), axis=rj), name="kron_sx")
+    sy = te.compute(y.shape, lambda *j: te.sum(gat(ri, j) * load(x, ri, dt), axis=ri), name="kron_sy")
+    return (te.compute(x.shape, lambda *i: out(sx[i]), name="x_grad"),
+            te.compute(y.shape, lambda *j: out(sy[j]), name="y_grad"))
+
+
+# ------------------------------------------------------------------------------------------
+# bilinear
+
+def _bilinear_views(call, outs):
+    x = _rank(call, "x", (2,))
+    y = _rank(call, "y", (2,))
+    w = _rank(call, "weight", (3,))
+    g = _rank(call, "out_grad", (2,))
+    _same(call, "batch", [("x", 0, x[0]), ("y", 0, y[0]), ("out_grad", 0, g[0])])
+    _same(call, "x features", [("x", 1, x[1]), ("weight", 1, w[1])])
+    _same(call, "y features", [("y", 1, y[1]), ("weight", 2, w[2])])
+    _same(call, "out features", [("weight", 0, w[0]), ("out_grad", 1, g[1])])
+    return View({"x": ("B", "I"), "x_grad": ("B", "I"), "y": ("B", "J"), "y_grad": ("B", "J"),
+                 "weight": ("O", "I", "J"), "weight_grad": ("OI", "J"),
+                 "out_grad": ("B", "O"), "bias_grad": (1, "O")},
+                {"B": x[0], "I": x[1], "J": y[1], "O": w[0], "OI": w[0] * w[1]},
+                (grain(x[0]), grain(x[1]), grain(y[1]), grain(w[0] * x[1])))
+
+
+@dense_op(views=_bilinear_views)
+def bilinear_grad(x, y, weight, out_grad):
+    """out[b,o] = Σ_ij x[b,i]·W[o,i,j]·y[b,j] + bias[o]:
+    x_grad[b,i] = Σ_(o,j) (g[b,o]·y[b,j])·W[o,i,j]; y_grad[b,j] = Σ_(o,i) (g[b,o]·x[b,i])·W[o,i,j];
+    W_grad[(o,i),j] = Σ_b (g[b,o]·x[b,i])·y[b,j]; bias_grad[0,o] = Σ_b g[b,o] — three GEMMs whose
+    broadcast operand is an outer product made in its source."""
+    dt = as_dtype(x.dtype)
+    out = store(dt)
+    B, I = x.shape
+    J = y.shape[1]
+    O = weight.shape[0]
+    gb, gi, gj, goi = build_info()
+    g = lambda b, o: load(out_grad, (b, o), dt)  # noqa: E731
+    X = lambda b, i: load(x, (b, i), dt)  # noqa: E731
+    Y = lambda b, j: load(y, (b, j), dt)  # noqa: E731
+    W = lambda o, i, j: load(weight, (o, i, j), dt)  # noqa: E731
+    fd = tirx.floordiv
+    fm = tirx.floormod
+    cx = gemm("bil_dx", (), B, I, O * J,
+              lambda bi, b, k: g(b, fd(k, J)) * Y(b, fm(k, J)),
+              lambda bi, i, k: W(fd(k, J), i, fm(k, J)), dt, gb, gi, exact=False)
+    cy = gemm("bil_dy", (), B, J, O * I,
+              lambda bi, b, k: g(b, fd(k, I)) * X(b, fm(k, I)),
+              lambda bi, j, k: W(fd(k, I), fm(k, I), j), dt, gb, gj, exact=False)
+    cw = gemm("bil_dw", (), O * I, J, B,
+              lambda bi, oi, b: g(b, fd(oi, I)) * X(b, fm(oi, I)),
+              lambda bi, j, b: Y(b, j), dt, goi, gj, exact=False)
+    dx = _crop("x_grad", cx, (B, I), out)
+    dy = _crop("y_grad", cy, (B, J), out)
+    dw = _crop("weight_grad", cw, (O * I, J), out)     # weight_grad viewed as [O·I, J]
+    rb = te.reduce_axis((0, B), name="bil_b")
+    sb = te.compute((1, O), lambda z, o: te.sum(g(rb, o), axis=rb), name="bil_sum")
+    db = te.compute((1, O), lambda z, o: out(sb[z, o]), name="bias_grad")
+    return dx, dy, dw, db
+
+
+# ------------------------------------------------------------------------------------------
+# multi_dot
+
+def _chain_order(dims):
+    """Matrix-chain DP: the cheapest parenthesisation of A_0 ... A_{n-1} (A_i is dims[i] x
+    dims[i+1]) as a nested tuple of indices."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            best = None
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if best is None or c < best:
+                    best, split[i][j] = c, k
+            cost[i][j] = best
+
+    def tree(i, j):
+        if i == j:
+            return i
+        k = split[i][j]
+        return (tree(i, k), tree(k + 1, j))
+    return tree(0, n - 1)
+
+
+def _multi_dot_views(call, outs):
+    xs = call.meta("x")
+    n = len(xs)
+    if n < 2:
+        _fail(call.op, f"input 'x' must hold at least 2 tensors, got {n}")
+    shapes = [m.shape for m in xs]
+    for i, s in enumerate(shapes):
+        ok = (len(s) == 2) or (len(s) == 1 and i in (0, n - 1))
+        if not ok:
+            _fail(call.op, f"input 'x[{i}]' must be 2-D (1-D allowed first and last), got shape "
+                           f"{list(s)}")
+    first = (1, *shapes[0]) if len(shapes[0]) == 1 else tuple(shapes[0])
+    last = (*shapes[-1], 1) if len(shapes[-1]) == 1 else tuple(shapes[-1])
+    mats = [first] + [tuple(s) for s in shapes[1:-1]] + [last]
+    for i in range(n - 1):
+        if mats[i][1] != mats[i + 1][0]:
+            _fail(call.op, f"x[{i}] {list(shapes[i])} and x[{i + 1}] {list(shapes[i + 1])} cannot "
+                           f"be multiplied")
+    dims = [mats[0][0]] + [m[1] for m in mats]
+    g = call.meta("out_grad").shape
+    want = tuple(d for d, drop in ((dims[0], len(shapes[0]) == 1), (dims[-1], len(shapes[-1]) == 1))
+                 if not drop)
+    if tuple(g) != want:
+        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)}")
+    names = [f"d{i}" for i in range(n + 1)]
+    tpls = [(names[i], names[i + 1]) for i in range(n)]
+    if len(shapes[0]) == 1:
+        names[0] = 1
+        tpls[0] = (1, names[1])
+    if len(shapes[-1]) == 1:
+        names[n] = 1
+        tpls[-1] = (names[n - 1], 1)
+    sizes = {f"d{i}": d for i, d in enumerate(dims)}
+    return View({"x": tpls, "x_grad": tpls, "out_grad": (names[0], names[n])}, sizes,
+                (_chain_order(dims), tuple(grain(d) for d in dims)))
+
+
+@dense_op(views=_multi_dot_views)
+def multi_dot_grad(x, out_grad):
+    """Backpropagation through the cheapest parenthesisation of x[0]···x[n-1] (matrix-chain
+    order on this call's sizes): the inner products are formed, then for a node T = L·R with
+    upstream grad D: dL = D·Rᵀ, dR = Lᵀ·D. 1-D first/last inputs are 1 x K / K x 1 views."""
+    dt = as_dtype(out_grad.dtype)
+    out = store(dt)
+    tree, grains = build_info()
+    n = len(x)
+    dims = [x[0].shape[0]] + [t.shape[1] for t in x]
+    ld = lambda t: (lambda *i: load(t, i, dt))  # noqa: E731
+    count = [0]
+
+    def name(tag):
+        count[0] += 1
+        return f"md_{tag}{count[0]}"
+
+    memo = {}
+
+    def forward(node):
+        """(accessor, i, j) of the product of node (rows dims[i], cols dims[j+1])."""
+        if isinstance(node, int):
+            return ld(x[node]), node, node
+        if node not in memo:
+            (a, i, k), (b, _, j) = forward(node[0]), forward(node[1])
+            c = _mm(name("f"), a, False, b, False, dims[i], dims[j + 1], dims[k + 1], dt,
+                    grains[i], grains[j + 1])
+            t = _crop(name("p"), c, (dims[i], dims[j + 1]))
+            memo[node] = ((lambda r, s: t[r, s]), i, j)
+        return memo[node]
+
+    grads = [None] * n
+
+    def backward(node, d):
+        if isinstance(node, int):
+            grads[node] = d
+            return
+        L, R = node
+        (la, i, k), (ra, _, j) = forward(L), forward(R)
+        # dL = D · Rᵀ (dims[i] x dims[k+1]), dR = Lᵀ · D (dims[k+1] x dims[j+1])
+        cl = _mm(name("l"), d, False, ra, True, dims[i], dims[k + 1], dims[j + 1], dt,
+                 grains[i], grains[k + 1])
+        cr = _mm(name("r"), la, True, d, False, dims[k + 1], dims[j + 1], dims[i], dt,
+                 grains[k + 1], grains[j + 1])
+        tl = _crop(name("dl"), cl, (dims[i], dims[k + 1]))
+        tr = _crop(name("dr"), cr, (dims[k + 1], dims[j + 1]))
+        backward(L, lambda r, s: tl[r, s])
+        backward(R, lambda r, s: tr[r, s])
+
+    backward(tree, ld(out_grad))
+
+    def result(i):
+        return te.compute(x[i].shape, lambda r, s: out(grads[i](r, s)), name=f"x_grad{i}")
+    return [result(i) for i in range(n)]
+
+
+# ------------------------------------------------------------------------------------------
+# weight_only_linear
+
+def _wol_views(call, outs):
+    op = call.op
+    wd = call.attrs["weight_dtype"]
+    if wd not in ("int8", "int4"):
+        _fail(op, f"attribute 'weight_dtype' must be 'int8' or 'int4', got {wd!r}")
+    x = call.meta("x").shape
+    w = _rank(call, "weight", (2,))
+    s = _rank(call, "weight_scale", (1,))
+    g = call.meta("out_grad").shape
+    n = s[0]
+    k = w[1]
+    rows = n if wd == "int8" else n // 2
+    if w[0] != rows or (wd == "int4" and n % 2):
+        _fail(op, f"input 'weight' has shape {list(w)}, expected [{rows}, {k}] for {n} "
+                  f"{wd} output channels (weight_scale has {n})")
+    if n % 16 or k % 64:
+        _fail(op, f"the arch {call.attrs['arch']} weight layout needs out_features % 16 == 0 and "
+                  f"in_features % 64 == 0, got {n} and {k} (weight {list(w)})")
+    if not x or x[-1] != k:
+        _fail(op, f"input 'x' has shape {list(x)}, its last dim must be in_features {k}")
+    if not g or g[-1] != n or tuple(g[:-1]) != tuple(x[:-1]):
+        _fail(op, f"input 'out_grad' has shape {list(g)}, expected {list(x[:-1]) + [n]}")
+    b = call.meta("bias")
+    if b is not None and tuple(b.shape) != (n,):
+        _fail(op, f"input 'bias' has shape {list(b.shape)}, expected [{n}]")
+    if call.meta("weight").dtype.name != "int8":
+        raise TypeError(f"{op}: input 'weight' must be int8 (packed {wd}), got "
+                        f"{call.meta('weight').dtype.name}")
+    m = math.prod(g[:-1])
+    return View({"x": ("M", "K"), "x_grad": ("M", "K"), "out_grad": ("M", "N"),
+                 "weight": ("WB",), "weight_scale": ("N",), "bias": ("N",)},
+                {"M": m, "K": k, "N": n, "WB": math.prod(w)},
+                (8 if wd == "int8" else 4, grain(m), grain(k)))
+
+
+def _wol_q(weight, j, i, K, bits):
+    """The quantized value of logical weight element (out j, in i) from Paddle's arch-80/86
+    layout (phi/kernels/impl/weight_quantize_kernel_impl.h: permute_B_rows_for_mixed_gemm,
+    subbyte_transpose, interleave_column_major_tensor, add_bias_and_interleave_*, inverted)."""
+    fd, fm = tirx.floordiv, tirx.floormod
+    E = 32 // bits                     # elements per 32-bit word
+    I = 2 if bits == 8 else 4          # columns interleaved together
+    VT = 64 // E                       # words per 64-row tile
+    R = 16 if bits == 8 else 32        # rows per permuted block
+    s = fm(i, R)
+    t = (i - s) + (4 if bits == 8 else 8) * fm(fd(s, 2), 4) + 2 * fd(s, 8) + fm(s, 2)
+    vr, e = fd(t, E), fm(t, E)
+    word = fd(j, I) * (fd(K, E) * I) + I * fd(vr, VT) * VT + VT * fm(j, I) + fm(vr, VT)
+    if bits == 8:
+        pos = word * 4 + e + tirx.Select(e == 1, const(1), const(0)) \
+            - tirx.Select(e == 2, const(1), const(0))
+        u = tirx.bitwise_and(weight[pos].astype("int32"), tirx.const(255, "int32"))
+        return u - 128
+    d = fm(e, 2) * 4 + fd(e, 2)
+    u = tirx.bitwise_and(weight[word * 4 + fd(d, 2)].astype("int32"), tirx.const(255, "int32"))
+    nib = tirx.bitwise_and(tirx.shift_right(u, (4 * fm(d, 2)).astype("int32")),
+                           tirx.const(15, "int32"))
+    return nib - 8
+
+
+def _round_to(v, dt):
+    """v (float32) rounded to a half storage type and back (Paddle dequantises into T)."""
+    if dt.name == "float16":
+        return v.astype("float16").astype("float32")
+    if dt.name == "bfloat16":     # round to nearest even on the bits (exact on every target)
+        bits = tirx.reinterpret("uint32", v)
+        lsb = tirx.bitwise_and(tirx.shift_right(bits, tirx.const(16, "uint32")),
+                               tirx.const(1, "uint32"))
+        bits = tirx.bitwise_and(bits + tirx.const(0x7FFF, "uint32") + lsb,
+                                tirx.const(0xFFFF0000, "uint32"))
+        return tirx.reinterpret("float32", bits)
+    return v
+
+
+@dense_op(views=_wol_views, float_inputs=("x", "bias", "weight_scale", "out_grad"),
+          index_dtypes=("int8",))
+def weight_only_linear_grad(x, weight, bias, weight_scale, out_grad, weight_dtype, arch,
+                            group_size):
+    """x_grad = out_grad · W with W[j, i] = T(q[j, i] · scale[j]), q read from Paddle's
+    int8 / packed-int4 CUTLASS layout for arch 80/86 and dequantised inside the kernel (in
+    the source of the GEMM's streamed operand)."""
+    dt = as_dtype(out_grad.dtype)
+    acc = dt.compute
+    bits, gm, gk = build_info()
+    M, N = out_grad.shape
+    K = x.shape[1]
+
+    def w(i, j):          # (in i, out j)
+        q = _wol_q(weight, j, i, K, bits).astype("float32")
+        v = q * to_compute(weight_scale[j], dt).astype("float32")
+        return _round_to(v, dt).astype(acc)
+
+    c = gemm("wol", (), M, K, N, lambda bi, m, j: load(out_grad, (m, j), dt),
+             lambda bi, i, j: w(i, j), dt, gm, gk)
+    return _crop("x_grad", c, (M, K), store(dt))
