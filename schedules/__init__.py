@@ -45,7 +45,7 @@ def source_files(target_kind: str, pattern: str = "generic") -> list[str]:
     """Files whose text decides the schedule (part of every cache key): the generic rules, the
     pattern module and every schedules module it imports."""
     sub = _HERE / _dir(target_kind)
-    files = [_HERE / "__init__.py", _HERE / "analysis.py", sub / "__init__.py"]
+    files = [_HERE / "__init__.py", _HERE / "analysis.py", _HERE / "loops.py", sub / "__init__.py"]
     files += [p for p in sorted(sub.glob("_*.py")) if p.name != "__init__.py"]   # generic helpers
     if pattern and (sub / f"{pattern}.py").exists():
         files += [pathlib.Path(f) for f in _imported_files(pattern_module(target_kind, pattern))]

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import tirx
 
-__all__ = ["BlockInfo", "analyze", "top_blocks", "root_block"]
+__all__ = ["BlockInfo", "analyze", "top_blocks", "root_block", "annotations", "as_int",
+           "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -38,8 +39,70 @@ def root_block(sch):
     return sch.get_sblock(sch.mod[sch.func_working_on or "main"].body.block.name_hint)
 
 
-def top_blocks(sch):
-    return list(sch.get_child_blocks(root_block(sch)))
+def top_blocks(sch, open_externs: bool = False):
+    """The root block's children. With ``open_externs`` the loop-less wrapper block of a
+    te.extern is replaced by its children (recursively; a wrapper annotated with loop letters
+    is itself a block to schedule): the sblocks a rule binds or parallelises."""
+    blocks = list(sch.get_child_blocks(root_block(sch)))
+    if not open_externs:
+        return blocks
+    out = []
+    while blocks:
+        block = blocks.pop(0)
+        children = list(sch.get_child_blocks(block))
+        if not sch.get_loops(block) and children and loop_letters(sch, block) is None:
+            blocks[:0] = children
+        else:
+            out.append(block)
+    return out
+
+
+def annotations(sch, block) -> dict:
+    """A block's annotations keyed by plain strings (the builders' ``attrs`` on te.compute)."""
+    return {str(k): v for k, v in sch.get(block).annotations.items()}
+
+
+def by_role(sch, key: str) -> list:
+    """(block, role) of the top-level blocks annotated with ``key`` (a family's way of naming
+    the blocks its schedule treats specially, e.g. ``attn.main`` = "kv"), in block order."""
+    return [(b, str(annotations(sch, b)[key])) for b in top_blocks(sch) if key in annotations(sch, b)]
+
+
+def as_int(value) -> int:
+    """An integer annotation value (an IntImm, or a Python int)."""
+    return int(value.value) if hasattr(value, "value") else int(value)
+
+
+def const_extent(sch, loop):
+    """A loop's extent as an int when it is a constant, else None (a symbolic size)."""
+    ext = sch.get(loop).extent
+    return int(ext.value) if hasattr(ext, "value") else None
+
+
+def loop_letters(sch, block):
+    """The ``tvmgrad.loops`` annotation (one letter per surrounding loop: ``p`` parallel, ``s``
+    serial, ``v``/``i`` inner) of a block written as an annotated body, else None."""
+    value = sch.get(block).annotations.get("tvmgrad.loops")
+    return None if value is None else str(value)
+
+
+def epilogue(sch, block):
+    """The single non-reduction consumer of a block (e.g. the cast back to half of a
+    reduction's float32 result), which a rule computes in the same loop, else None."""
+    consumers = sch.get_consumers(block)
+    if len(consumers) != 1 or analyze(sch, consumers[0]).is_reduction:
+        return None
+    return consumers[0]
+
+
+def is_scheduled(sch, loops) -> bool:
+    """Has a loop nest been scheduled already (parallel, vectorised, unrolled or bound)?"""
+    return any(int(sch.get(lp).kind) != 0 for lp in loops)
+
+
+def is_bound(sch, loops) -> bool:
+    """Is a loop of the nest bound to a CUDA thread axis?"""
+    return any(sch.get(lp).thread_binding is not None for lp in loops)
 
 
 def analyze(sch, block) -> BlockInfo:

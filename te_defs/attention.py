@@ -70,7 +70,7 @@ import numpy as np
 
 from tvmgrad.dtypes import FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
 from tvmgrad.lazy import te, tirx
@@ -177,32 +177,16 @@ class AttnOp(TensorOp):
             scalars[n] = sym(n) if d == "int64" else te.var(n, d)
         tensors = {n: te.placeholder([dim(d) for d in tpl], metas[n].dtype.storage, name=n)
                    for n, tpl in desc.templates.items()}
-        kwargs = {}
-        for p in spec.args:
-            if p.name in tensors:
-                kwargs[p.name] = tensors[p.name]
-            elif p.name in scalars:
-                kwargs[p.name] = scalars[p.name]
-            elif p.name in attrs:
-                kwargs[p.name] = attrs[p.name]
-            else:
-                kwargs[p.name] = None
         _INFO.append(desc.info)
         _IDX.append(idx)
         try:
-            result = self.fn(**kwargs)
+            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
         finally:
             _INFO.pop()
             _IDX.pop()
-        result = list(result) if isinstance(result, (tuple, list)) else [result]
         params = [tensors[p.name] for p in spec.tensor_args if p.name in tensors]
         params += [scalars[n] for n, _, _ in desc.scalars]
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params.append(r)
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
 
 

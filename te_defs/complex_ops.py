@@ -26,10 +26,9 @@ import hashlib
 import numbers
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, OpError, OpImpl, Plan
+from tvmgrad.families.base import Arg, OpImpl, Plan
 from tvmgrad.families.complex import Complex, lift
-from tvmgrad.families.pointwise import Pointwise, _coalesce
-from tvmgrad.infer_meta import MetaError, broadcast_shapes, same_shape
+from tvmgrad.families.pointwise import Pointwise
 # infer_meta._load_all() stops at the first module that registered: load ours explicitly.
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: F401
@@ -101,27 +100,12 @@ class Mixed(Pointwise):
         compute = "float64" if wide else "float32"
         shapes = {n: call.meta(n).shape for n in present}
         shapes.update({o.name: m.shape for o, m in zip(spec.outputs, outs) if m is not None})
-        try:
-            domain = broadcast_shapes(*(shapes[n] for n in present), names=tuple(present))
-        except MetaError as exc:
-            raise OpError(f"{op}: {exc}") from None
-        free = self._broadcasting_inputs(spec)
-        for n in present:
-            if n not in free and not same_shape(tuple(shapes[n]), domain):
-                raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
-                              f"{list(domain)} (the shape of the other inputs)")
-        operands = present + out_names
-        groups, masks = _coalesce(domain, [shapes[n] for n in operands], operands, op)
-        view = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in enumerate(operands)}
-        runtime = self.runtime_attrs(spec)
-        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
+        groups, masks, runtime, static, args = self.broadcast_layout(call, shapes, present, out_names,
+                                                                     compute)
         mask_key = tuple(tuple(m) for m in masks)
-        kinds = tuple((n, dts[n].name) for n in operands)
+        kinds = tuple((n, dts[n].name) for n in present + out_names)
         key = ("mixed", op, kinds, mask_key, static)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = ([Arg("input", n, shape=view[n]) for n in present if n not in spec.no_need_buffer]
-                + [Arg("scalar", n, dtype=compute, value=float(call.attrs[n])) for n in runtime]
-                + [Arg("output", n, shape=view[n]) for n in out_names])
         attrs = dict(call.attrs)
         return Plan(
             key=key, symbol=f"{op}_{'_'.join(sorted({d.name for d in dts.values()}))}_{digest}",

@@ -22,7 +22,8 @@ both terms. The grad of that loss is the sum, which is computed here (identical 
 matched boxes share an anchor cell). ``scale_x_y`` and ``ignore_thresh`` only enter the forward
 (through objectness_mask). Paddle never writes gt_box_grad, gt_label_grad or gt_score_grad (the
 ground truth is not differentiated): not produced. Matched boxes whose cell lies outside the grid
-(Paddle writes out of bounds there) are rejected.
+(Paddle writes out of bounds there) are rejected, and so is a non-square grid (H != W: Paddle's
+yolo_loss InferMeta refuses it, and the kernels use H as the grid size of both axes).
 
 The kernel gathers: each x_grad element sums, over the N·B gt boxes of its image, the terms of
 the boxes matched to it (a reduction over the small gt axis), so it needs no scatter or atomics.
@@ -58,6 +59,9 @@ def _check(call, outs):
     if ch != M * (5 + C):
         raise ValueError(f"{op}: input 'x' must have len(anchor_mask)·(5 + class_num) = "
                          f"{M * (5 + C)} channels, got {ch}")
+    if H != W:
+        raise ValueError(f"{op}: input 'x' must have a square grid (H == W; Paddle's yolo_loss "
+                         f"uses H as the grid size for both axes), got {H}x{W}")
     gt_box = call.meta("gt_box")
     if gt_box.ndim != 3 or gt_box.shape[0] != N or gt_box.shape[2] != 4:
         raise ValueError(f"{op}: input 'gt_box' must be [{N}, boxes, 4], got {list(gt_box.shape)}")

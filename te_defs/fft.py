@@ -34,6 +34,8 @@ from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: F401
 from tvmgrad.lazy import te, tirx
 
+from ._extern import units
+
 __all__ = ["FFTOp"]
 
 _REAL = {"complex64": "float32", "complex128": "float64"}
@@ -203,22 +205,6 @@ def _cis(angle):
     return Complex(tirx.cos(angle), tirx.sin(angle))
 
 
-def _units(name, extents, outer=0):
-    """``with`` one spatial sblock per point of ``extents``; yields the axis vars."""
-    from contextlib import contextmanager
-
-    from tvm.script.ir_builder import tirx as T
-
-    @contextmanager
-    def ctx():
-        with T.grid(*extents) as lv:
-            lv = [lv] if isinstance(lv, tirx.Var) else list(lv)
-            with T.sblock(name):
-                vs = [T.axis.spatial(e, v, dtype="int64") for e, v in zip(extents, lv)]
-                yield vs
-    return ctx()
-
-
 def _flat(idx, shape):
     f = tirx.const(0, "int64")
     for i, d in zip(idx, shape):
@@ -270,7 +256,7 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str):
         TW = T.buffer_proxy(tw_buf)
         sshape = list(s_buf.shape[:-1])
         with IRBuilder() as ib, T.seq_scope():
-            with _units(f"{name}_in", sshape) as idx:
+            with units(f"{name}_in", sshape) as idx:
                 f = _flat(idx, sshape)
                 T.reads(s_buf[tuple(idx) + (slice(0, 2),)])
                 T.writes(a_buf[f, 0:2])
@@ -291,7 +277,7 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str):
                             butterfly(t2 * two64 + step, o, i, j, R, Wr, TW)
             with T.If(tirx.floormod(l2, two64) == one64):
                 with T.Then():
-                    with _units(f"{name}_last", [outer, inner, half]) as (o, i, j):
+                    with units(f"{name}_last", [outer, inner, half]) as (o, i, j):
                         T.reads(a_buf[0:n_total, 0:2], tw_buf[0:half, 0:2])
                         T.writes(b_buf[0:n_total, 0:2])
                         T.sblock_attr({"fft.stage": 0})

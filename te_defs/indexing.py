@@ -29,13 +29,15 @@ import threading
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpError, Plan
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import TensorMeta
 # (imported for their registrations: infer_meta._load_all skips loading once any module has
 # registered, which another te_defs module's direct import may have done first)
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import indexing as _im_indexing  # noqa: F401
 from tvmgrad.lazy import te, tirx
+
+from ._extern import CW, Body, ceildiv, extern, i64, proxy  # noqa: F401  (re-exported)
 
 __all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
            "scatter_rows", "blocked_scan", "on_cuda"]
@@ -102,17 +104,7 @@ class IndexOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = self._float_names(spec, present)
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        for n in present:
-            if n in floats:
-                continue
-            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
-                if m.dtype.name not in self.index_dtypes:
-                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
-                                    f"{', '.join(self.index_dtypes)}")
+        present, dt, metas = self.checked_inputs(call)
         self._fix_outputs(call, outs, dt)
         if self.validate is not None:
             self.validate(call, outs)
@@ -203,27 +195,14 @@ class IndexOp(TensorOp):
             tensors[n] = ([holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list)
                           else holder(n, m))
         scalars = {n: te.var(n, "int64") for n in self.int_runtime}
-        kwargs = {p.name: tensors.get(p.name, scalars.get(p.name, attrs.get(p.name)))
-                  for p in spec.args}
-        result = self.fn(**kwargs)
-        result = (list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1
-                  else [result])
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
-                               f"{spec.output_names}")
+        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
         params = []
         for n in metas:
             if n not in spec.no_need_buffer:
                 params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += [scalars[n] for n in self.int_runtime]
         params += [v for _, v in sorted(_CTX.options["scalars"].items())]
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder "
-                                   f"gave None")
-            params += list(r) if isinstance(m, list) else [r]
+        params += output_params(spec, outs, result)
         flag = _CTX.options.get("target_flag")
         if flag is not None:
             params.append(flag)
@@ -287,101 +266,7 @@ def check_range(op: str, name: str, values, low: int, high: int, what: str = "")
 
 
 # ------------------------------------------------------------------------------------------
-# Kernel bodies: te.extern with annotated blocks
-
-CW = 64   # columns per chunk of a vector ("v") loop: CUDA threads per block, CPU vector strip
-
-
-def i64(v):
-    if isinstance(v, int):
-        return tirx.IntImm("int64", v)
-    if hasattr(v, "asobject"):          # a te.Tensor element (TensorSlice)
-        v = v.asobject()
-    ty = str(v.ty)
-    lanes = ty.partition("x")[2]
-    if ty.partition("x")[0] == "int64":
-        return v
-    return tirx.Cast(f"int64x{lanes}", v) if lanes else v.astype("int64")
-
-
-def ceildiv(a, b):
-    return tirx.truncdiv(i64(a) + i64(b) - 1, i64(b))
-
-
-def _region(buf):
-    from tvm import ir
-    return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
-
-
-class Body:
-    """The statements of a ``te.extern`` body, made of annotated blocks.
-
-    ``block(name, body, par=, ser=, vec=)`` emits loops ``par... [vec chunks] ser... [vec lanes]``
-    around one block whose iter vars are all spatial, and annotates it with one letter per loop
-    (``p`` parallel, ``s`` serial, ``v`` vector lanes) for the ``idx_serial``/``scan_blocked``
-    schedules: CPU: the ``p`` loops fused and parallel, ``v`` vectorised; CUDA: ``p`` loops fused
-    onto blocks/threads (onto blocks when there is a ``v`` loop, whose lanes are the threads).
-    ``s`` loops stay serial in one thread. ``body(P, S, C)`` gets the iter vars (C: the vector
-    position, or None) and emits the block's statements with ``T`` (the TVMScript IR builder).
-    ``strip="main"|"tail"`` (the CPU form): the strip is a loop inside the block instead, over
-    the whole strips (vectorised, no predicate; values that do not depend on C stay scalars) or
-    over the last partial one.
-    Reads and writes are declared as whole buffers (a scatter's write set is data-dependent).
-    ``when``: a condition on ``on_cuda()`` (the block exists for one kind of target only).
-    """
-
-    def __init__(self):
-        self.stmts = []
-
-    def block(self, name, body, *, par=(), ser=(), vec=None, reads=(), writes=(), when=None,
-              strip=None):
-        from tvm.script.ir_builder import IRBuilder
-        from tvm.script.ir_builder import tirx as T
-        with IRBuilder() as ib:
-            with contextlib.ExitStack() as stack:
-                if when is not None:
-                    stack.enter_context(T.If(when))
-                    stack.enter_context(T.Then())
-                kinds = ""
-                pv = [stack.enter_context(T.serial(0, i64(e))) for e in par]
-                kinds += "p" * len(par)
-                n_chunks = None if vec is None else (
-                    ceildiv(vec, CW) if not strip else
-                    tirx.truncdiv(i64(vec), i64(CW)) if strip == "main" else i64(1))
-                if vec is not None:
-                    cb = stack.enter_context(T.serial(0, n_chunks))
-                    kinds += "p"
-                sv = [stack.enter_context(T.serial(0, i64(e))) for e in ser]
-                kinds += "s" * len(ser)
-                if vec is not None and not strip:
-                    cc = stack.enter_context(T.serial(0, i64(CW)))
-                    kinds += "v"
-                stack.enter_context(T.sblock(name))
-                P = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(par, pv)]
-                S = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(ser, sv)]
-                C = None
-                if vec is not None and not strip:
-                    pos = cb * i64(CW) + cc
-                    C = T.axis.spatial(i64(vec), pos, dtype="int64")
-                    T.where(pos < i64(vec))
-                if vec is not None and strip:
-                    chunk = T.axis.spatial(n_chunks, cb, dtype="int64")
-                T.reads(*[_region(b) for b in reads])
-                T.writes(*[_region(b) for b in writes])
-                T.sblock_attr({"tvmgrad.loops": kinds})
-                if strip == "main":
-                    C = tirx.Ramp(chunk * i64(CW), i64(1), CW)
-                elif strip == "tail":
-                    start = tirx.truncdiv(i64(vec), i64(CW)) * i64(CW)
-                    lane = stack.enter_context(T.serial(0, i64(vec) - start))
-                    C = start + lane
-                body(P, S, C)
-        self.stmts.append(ib.get())
-
-    def stmt(self):
-        if not self.stmts:
-            return tirx.Evaluate(0)
-        return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
+# Kernel bodies: te.extern with annotated blocks (``Body``/``extern`` from _extern)
 
 
 def two_forms(body, name, fn, **kw):
@@ -394,27 +279,6 @@ def two_forms(body, name, fn, **kw):
     body.block(name, fn, when=cuda == 1, **kw)
     body.block(f"{name}_cpu", fn, when=cuda == 0, strip="main", **kw)
     body.block(f"{name}_tail", fn, when=cuda == 0, strip="tail", **kw)
-
-
-def extern(name, outputs, inputs, gen):
-    """``te.extern`` over ``inputs`` (te.Tensors) producing ``outputs`` [(shape, dtype)], whose body
-    ``gen(ins, outs, body: Body)`` fills with blocks; -> list of te.Tensors."""
-    in_bufs = [tirx.decl_buffer(t.shape, t.dtype, f"{t.op.name}_b") for t in inputs]
-    out_bufs = [tirx.decl_buffer(s, d, f"{name}{i}") for i, (s, d) in enumerate(outputs)]
-
-    def fcompute(ins, outs):
-        body = Body()
-        gen(ins, outs, body)
-        return body.stmt()
-
-    res = te.extern([s for s, _ in outputs], list(inputs), fcompute, name=name,
-                    in_buffers=in_bufs, out_buffers=out_bufs)
-    return list(res) if isinstance(res, (list, tuple)) else [res]
-
-
-def proxy(buf):
-    from tvm.script.ir_builder import tirx as T
-    return T.buffer_proxy(buf)
 
 
 def T_():

@@ -63,11 +63,15 @@ import numpy as np
 
 from tvmgrad.dtypes import FLOATS, DType, to_compute
 from tvmgrad.families.base import Arg, OpError, OpImpl, Plan
+from tvmgrad.families.tensor import builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import TensorMeta
 # imported for their registrations (InferMetas this module's ops use)
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import sampling as _im_sampling  # noqa: F401
 from tvmgrad.lazy import te, tirx
+
+from . import _extern
+from ._extern import Body, i64, proxy  # noqa: F401  (re-exported)
 
 __all__ = ["SampleOp", "sample_op", "info", "Host", "fail", "i64", "f32", "f64", "mul_f32",
            "Body", "extern", "proxy", "acc_dtype", "host_array"]
@@ -116,6 +120,23 @@ def host_array(call, name):
     return np.asarray(value)
 
 
+def _fits_int32(metas, values) -> bool:
+    """Every tensor of the call (and every int64 scalar) is small enough for 32-bit index math,
+    with a factor-2 margin for the offsets the kernels form past an element count, and none
+    holds int64 data (TVM narrows only functions without int64 parameters)."""
+    limit = 2 ** 30
+    try:
+        for m in metas:
+            for x in (m if isinstance(m, list) else [m]):
+                if x is None:
+                    continue
+                if x.dtype.name == "int64" or math.prod(int(d) for d in x.shape) >= limit:
+                    return False
+        return all(abs(int(v)) < limit for v in values)
+    except TypeError:               # symbolic sizes (a Relax graph): keep 64-bit indices
+        return False
+
+
 class SampleOp(OpImpl):
     """A whole-tensor TE builder planned on the host.
 
@@ -142,13 +163,8 @@ class SampleOp(OpImpl):
         dt = self.check_dtype(call, floats)
         metas = {n: call.meta(n) for n in present}
         h = self.host(call, outs, dt)
-        for n in present:
-            if n in floats or n in h.host_only:
-                continue
-            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
-                if m.dtype.name not in self.index_dtypes:
-                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one "
-                                    f"of {', '.join(self.index_dtypes)}")
+        self.check_index_dtypes(call, [n for n in present if n not in floats and n not in h.host_only],
+                                self.index_dtypes)
         kernel_inputs = [n for n in present if n not in h.host_only and n not in spec.no_need_buffer]
         for n, shape in h.views.items():
             if n in metas and metas[n] is not None:
@@ -166,7 +182,9 @@ class SampleOp(OpImpl):
         out_layout = tuple(None if m is None else lay(m) for m in kept)
         static = tuple(sorted(h.static.items()))
         scalars = tuple((k, d) for k, (d, _) in h.scalars.items())
-        key = ("sample", op, dt.name, layout, out_layout, static, scalars)
+        narrow = _fits_int32([metas[n] for n in present] + kept,
+                             [v for d, v in h.scalars.values() if d == "int64"])
+        key = ("sample", op, dt.name, layout, out_layout, static, scalars, narrow)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         args = []
         def view(n):
@@ -189,7 +207,7 @@ class SampleOp(OpImpl):
         if any(m is not None for m in kept):
             make = lambda: self._make(spec, built, metas, kept, kernel_inputs, attrs)  # noqa: E731
         return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}", make=make, args=tuple(args),
-                    pattern=self.pattern, aliases=aliases)
+                    pattern=self.pattern, aliases=aliases, narrow_index=narrow)
 
     def _make(self, spec, built, metas, outs, kernel_inputs, attrs):
         def holder(name, meta):
@@ -203,32 +221,17 @@ class SampleOp(OpImpl):
                           else holder(n, m))
         scalars = {k: te.var(k, d) for k, (d, _) in built.scalars.items()}
         ctx = SimpleNamespace(static=built.static, s=scalars, dt=built.dt, metas=metas)
-        kwargs = {}
-        for p in spec.args:
-            if p.is_tensor:
-                kwargs[p.name] = tensors.get(p.name)
-            else:
-                kwargs[p.name] = attrs.get(p.name)
         previous = getattr(_CTX, "info", None)
         _CTX.info = ctx
         try:
-            result = self.fn(**kwargs)
+            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, attrs))
         finally:
             _CTX.info = previous
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
-                               f"{spec.output_names}")
         params = []
         for n in kernel_inputs:
             params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += list(scalars.values())
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params.append(r)
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
 
 
@@ -242,36 +245,21 @@ def sample_op(fn=None, **options):
 # ------------------------------------------------------------------------------------------
 # TIR helpers
 
-def i64(v):
-    if isinstance(v, int):
-        return tirx.IntImm("int64", v)
-    if hasattr(v, "asobject"):
-        v = v.asobject()
-    return v if str(v.ty) == "int64" else v.astype("int64")
-
-
-def f32(v):
-    if isinstance(v, float):
-        return tirx.FloatImm("float32", v)
-    if hasattr(v, "asobject"):
-        v = v.asobject()
-    return v if str(v.ty) == "float32" else v.astype("float32")
-
-
-def f64(v):
-    if isinstance(v, float):
-        return tirx.FloatImm("float64", v)
-    if hasattr(v, "asobject"):
-        v = v.asobject()
-    return v if str(v.ty) == "float64" else v.astype("float64")
-
-
 def cast(v, dtype):
+    """``v`` (a Python number, a TIR expression or a te.Tensor element) as ``dtype``."""
     if isinstance(v, (int, float)):
         return tirx.const(v, dtype)
     if hasattr(v, "asobject"):
         v = v.asobject()
     return v if str(v.ty) == dtype else v.astype(dtype)
+
+
+def f32(v):
+    return cast(v, "float32")
+
+
+def f64(v):
+    return cast(v, "float64")
 
 
 def mul_f32(a, b):
@@ -295,78 +283,12 @@ def select(c, a, b):
 
 
 # ------------------------------------------------------------------------------------------
-# Kernel bodies of serial owners: te.extern with annotated blocks (schedules interp_gather)
-
-CW = 64
-
-
-def _region(buf):
-    from tvm import ir
-    return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
-
-
-class Body:
-    """Statements of a ``te.extern`` body made of annotated blocks.
-
-    ``block(name, body, par=, ser=, inner=)`` emits loops ``par... ser...`` around one block whose
-    iter vars are all spatial and annotates it with one letter per loop for the
-    ``interp_gather`` schedules: ``p`` loops are fused and run in parallel on the CPU, fused and
-    split over blocks of threads on CUDA; with ``inner=True`` the last par loop is an ``i`` loop:
-    one more thread dimension on CUDA, a plain inner loop on the CPU (contiguous, and the index
-    arithmetic of the outer loops hoisted out of it); ``s`` loops stay serial in one thread.
-    ``body(P, S)`` gets the iter vars and emits the block's statements with the TVMScript IR
-    builder. Reads and writes are declared as whole buffers.
-    """
-
-    def __init__(self):
-        self.stmts = []
-
-    def block(self, name, body, *, par=(), ser=(), reads=(), writes=(), inner=False):
-        import contextlib
-
-        from tvm.script.ir_builder import IRBuilder
-        from tvm.script.ir_builder import tirx as T
-        with IRBuilder() as ib:
-            with contextlib.ExitStack() as stack:
-                pv = [stack.enter_context(T.serial(0, i64(e))) for e in par]
-                sv = [stack.enter_context(T.serial(0, i64(e))) for e in ser]
-                stack.enter_context(T.sblock(name))
-                P = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(par, pv)]
-                S = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(ser, sv)]
-                T.reads(*[_region(b) for b in reads])
-                T.writes(*[_region(b) for b in writes])
-                kinds = "p" * len(par) + "s" * len(ser)
-                if inner and par:
-                    kinds = "p" * (len(par) - 1) + "i" + "s" * len(ser)
-                T.sblock_attr({"tvmgrad.loops": kinds})
-                body(P, S)
-        self.stmts.append(ib.get())
-
-    def stmt(self):
-        if not self.stmts:
-            return tirx.Evaluate(0)
-        return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
-
+# Kernel bodies of serial owners: te.extern with annotated blocks (schedule interp_gather;
+# ``block(..., inner=True)`` marks the last par loop as the CUDA/contiguous inner one)
 
 def extern(name, outputs, inputs, gen):
-    """``te.extern`` over ``inputs`` producing ``outputs`` [(shape, dtype)], its body filled by
-    ``gen(ins, outs, body: Body)``; -> list of te.Tensors."""
-    in_bufs = [tirx.decl_buffer(t.shape, t.dtype, f"{t.op.name}_b") for t in inputs]
-    out_bufs = [tirx.decl_buffer(s, d, f"{name}{i}") for i, (s, d) in enumerate(outputs)]
-
-    def fcompute(ins, outs):
-        body = Body()
-        gen(ins, outs, body)
-        return body.stmt()
-
-    res = te.extern([s for s, _ in outputs], list(inputs), fcompute, name=name,
-                    in_buffers=in_bufs, out_buffers=out_bufs)
-    return list(res) if isinstance(res, (list, tuple)) else [res]
-
-
-def proxy(buf):
-    from tvm.script.ir_builder import tirx as T
-    return T.buffer_proxy(buf)
+    """``_extern.extern`` whose block bodies take ``(P, S)`` (no vector lanes here)."""
+    return _extern.extern(name, outputs, inputs, gen, lanes=False)
 
 
 def store_cast(t, dt: DType, name):
@@ -1080,8 +1002,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
 
     def gen2(ins, outs, body):
         from tvm.script.ir_builder import tirx as T
-        X, G = proxy(ins[0]), proxy(ins[1])
-        TB = [proxy(b) for b in ins[2:]]
+        X, G, GRID = proxy(ins[0]), proxy(ins[1]), proxy(ins[-1])
+        TB = [proxy(b) for b in ins[2:-1]]
         O = proxy(outs[0])
         n_idx = len(cw_of)
         IDX = {pick: TB[k] for k, pick in enumerate(cw_of)}
@@ -1118,8 +1040,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
                         term = (v(tuple(hi)) - v(tuple(lo_))) * w
                         total = term if total is None else total + term
                     accs[ax][0] = accs[ax][0] + total * g
-            # a NaN coordinate reaches no corner; its NaN weights mark the whole point
-            lost = tirx.any(*[tirx.isnan(t[a][n, o]) for t in (DLO, DHI) for a in range(S)])
+            # a NaN coordinate reaches no corner: the whole point's grid_grad is NaN
+            lost = tirx.any(*[tirx.isnan(to_compute(GRID[n, o, a], dt)) for a in range(S)])
             for ax in range(S):
                 O[n, o, ax] = cast(select(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
                                    dt.storage)
@@ -1128,7 +1050,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
 
     idx_tabs = list(cw_of.values())
     (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],
-                          [x, out_grad] + idx_tabs + dlo + dhi + scales, gen2)
+                          [x, out_grad] + idx_tabs + dlo + dhi + scales + [grid], gen2)
     return x_grad, grid_grad
 
 

@@ -31,9 +31,11 @@ from tvmgrad.dtypes import DType, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, Plan
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.pointwise import _coalesce
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import MetaError, broadcast_shapes
 from tvmgrad.lazy import te, tirx
+
+from ._extern import units
 
 __all__ = ["linalg_op", "LinalgOp", "Core", "info", "Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye",
            "zeros", "trsm", "lu", "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal",
@@ -105,14 +107,7 @@ class LinalgOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = self._float_names(spec, present)
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        for n in present:
-            if n not in floats and metas[n].dtype.name not in self.index_dtypes:
-                raise TypeError(f"{op}: input {n!r} has dtype {metas[n].dtype.name}; it must be one "
-                                f"of {', '.join(self.index_dtypes)}")
+        present, dt, metas = self.checked_inputs(call)
         if self.validate is not None:
             self.validate(call, outs)
         core = {n: _core(t) for n, t in self.core(call, outs).items()}
@@ -190,29 +185,15 @@ class LinalgOp(TensorOp):
         la.out_dtypes = {n: dts[n] for n in out_names}
         la.dtypes = dict(dts)
         la.out_core = {n: [dim(d) for d in core[n].trail] for n in out_names}
-        kwargs = {}
-        for p in spec.args:
-            if p.name in tensors:
-                kwargs[p.name] = tensors[p.name]
-            elif p.name in scalars:
-                kwargs[p.name] = scalars[p.name]
-            elif p.name in attrs:
-                kwargs[p.name] = attrs[p.name]
-            else:
-                kwargs[p.name] = None
         _INFO.append(la)
         try:
-            result = self.fn(**kwargs)
+            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
         finally:
             _INFO.pop()
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
         params = [tensors[n] for n in names if n in tensors and n not in spec.no_need_buffer]
         params += [scalars[n] for n in runtime]
-        by_name = dict(zip([o.name for o in spec.outputs], result))
-        for n in out_names:
-            if by_name.get(n) is None:
-                raise RuntimeError(f"{spec.name}: output {n} is expected but the builder gave None")
-            params.append(by_name[n])
+        produced = [n if n in out_names else None for n in spec.output_names]
+        params += output_params(spec, produced, result)
         return self.prim_func(spec, params)
 
 
@@ -470,23 +451,25 @@ def matmul(a: Mx, b: Mx, name: str = "mm") -> Mx:
 # ------------------------------------------------------------------------------------------
 # outputs
 
-def finish(m: Mx, name: str):
-    """The output ``name`` from a full-batch matrix: summed over the batch groups the output is
-    broadcast along, in the output's storage dtype."""
+def _finish(get, name: str):
+    """The output ``name`` from ``get(b, *core_index)`` over the full batch: summed over the batch
+    groups the output is broadcast along, in the output's storage dtype (complex: a trailing
+    (re, im) dim)."""
     la = info()
     dt = la.out_dtypes[name]
     mask = la.masks[name]
     nb = len(la.groups)
-    rows, cols = la.out_core[name]
+    core = list(la.out_core[name])
+    nc = len(core)
     cplx = dt.lanes == 2
-    shape = [tirx.const(1, "int64") if mk else g for g, mk in zip(la.groups, mask)] + [rows, cols] \
+    shape = [tirx.const(1, "int64") if mk else g for g, mk in zip(la.groups, mask)] + core \
         + ([2] if cplx else [])
 
-    def value(b, i, j, c):
-        v = m(b, i, j)
+    def value(b, idx):
+        v = get(b, *idx[nb:nb + nc])
         if cplx:
             v = lift_to(v, True)
-            return tirx.Select(c == 0, v.re, v.im)
+            return tirx.Select(idx[-1] == 0, v.re, v.im)
         return creal(v)
 
     if any(mask):
@@ -494,51 +477,23 @@ def finish(m: Mx, name: str):
 
         def body(*idx):
             b = [raxes[j] if mask[j] else idx[j] for j in range(nb)]
-            return te.sum(value(b, idx[nb], idx[nb + 1], idx[-1] if cplx else None),
-                          axis=list(raxes.values()))
+            return te.sum(value(b, idx), axis=list(raxes.values()))
 
         if dt.storage == dt.compute:
             return te.compute(shape, body, name=name)
         acc = te.compute(shape, body, name=f"{name}_acc")
         return te.compute(shape, lambda *idx: acc(*idx).astype(dt.storage), name=name)
+    return te.compute(shape, lambda *idx: value(idx[:nb], idx).astype(dt.storage), name=name)
 
-    def body(*idx):
-        return value(idx[:nb], idx[nb], idx[nb + 1], idx[-1] if cplx else None).astype(dt.storage)
 
-    return te.compute(shape, body, name=name)
+def finish(m: Mx, name: str):
+    """The output ``name`` from a full-batch matrix (see ``_finish``)."""
+    return _finish(m, name)
 
 
 def finish_vec(get, name: str):
-    """A vector output from ``get(b, i)`` (summed over broadcast batch groups)."""
-    la = info()
-    dt = la.out_dtypes[name]
-    mask = la.masks[name]
-    nb = len(la.groups)
-    (length,) = la.out_core[name]
-    cplx = dt.lanes == 2
-    shape = [tirx.const(1, "int64") if mk else g for g, mk in zip(la.groups, mask)] + [length] \
-        + ([2] if cplx else [])
-
-    def value(b, i, c):
-        v = get(b, i)
-        if cplx:
-            v = lift_to(v, True)
-            return tirx.Select(c == 0, v.re, v.im)
-        return creal(v)
-
-    if any(mask):
-        raxes = {j: te.reduce_axis((0, la.groups[j]), name=f"rb{j}") for j in range(nb) if mask[j]}
-
-        def body(*idx):
-            b = [raxes[j] if mask[j] else idx[j] for j in range(nb)]
-            return te.sum(value(b, idx[nb], idx[-1] if cplx else None), axis=list(raxes.values()))
-
-        if dt.storage == dt.compute:
-            return te.compute(shape, body, name=name)
-        acc = te.compute(shape, body, name=f"{name}_acc")
-        return te.compute(shape, lambda *idx: acc(*idx).astype(dt.storage), name=name)
-    return te.compute(shape, lambda *idx: value(idx[:nb], idx[nb], idx[-1] if cplx else None)
-                      .astype(dt.storage), name=name)
+    """A vector output from ``get(b, i)`` (see ``_finish``)."""
+    return _finish(get, name)
 
 
 # ------------------------------------------------------------------------------------------
@@ -601,22 +556,6 @@ class _Acc:
             self.p[i] = v
 
 
-def _units(name: str, extents):
-    """``with`` one spatial sblock per point of ``extents``: yields the block's axis vars."""
-    from contextlib import contextmanager
-
-    from tvm.script.ir_builder import tirx as T
-
-    @contextmanager
-    def ctx():
-        with T.grid(*extents) as lv:
-            lv = [lv] if isinstance(lv, tirx.Var) else list(lv)
-            with T.sblock(name):
-                vs = [T.axis.spatial(e, v, dtype="int64") for e, v in zip(extents, lv)]
-                yield vs
-    return ctx()
-
-
 def _seq(n):
     from tvm.script.ir_builder import tirx as T
     return T.serial(tirx.const(0, "int64"), n)
@@ -643,7 +582,7 @@ def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, nam
         A, B, X = _Buf(ins[0], cplx), _Buf(ins[1], cplx), _Buf(outs[0], cplx)
         n, k = ins[1].shape[nb], ins[1].shape[nb + 1]
         with IRBuilder() as ib:
-            with _units(name, list(ins[1].shape[:nb]) + [k]) as vs:
+            with units(name, list(ins[1].shape[:nb]) + [k]) as vs:
                 bt, c = vs[:nb], vs[nb]
                 T.reads(A.region(*bt, (0, n), (0, n)), B.region(*bt, (0, n), c))
                 T.writes(X.region(*bt, (0, n), c))
@@ -711,7 +650,7 @@ def lu(a: Mx, name: str = "lu", iperm: bool = False) -> LU:
         IP = T.buffer_proxy(outs[2]) if iperm else None
         n = ins[0].shape[nb]
         with IRBuilder() as ib:
-            with _units(name, list(ins[0].shape[:nb])) as bt:
+            with units(name, list(ins[0].shape[:nb])) as bt:
                 T.reads(A.region(*bt, (0, n), (0, n)))
                 T.writes(L.region(*bt, (0, n), (0, n)), *[o[(*bt, slice(0, n))] for o in outs[1:]])
                 best = _Acc(la.compute, False)
@@ -775,7 +714,7 @@ def lu_solve(f: LU, b: Mx, *, adjoint: bool = False, name: str = "lu_solve") -> 
         L, P, B, X = _Buf(ins[0], f.cplx), T.buffer_proxy(ins[1]), _Buf(ins[2], cplx), _Buf(outs[0], cplx)
         n, k = ins[2].shape[nb], ins[2].shape[nb + 1]
         with IRBuilder() as ib:
-            with _units(name, list(ins[2].shape[:nb]) + [k]) as vs:
+            with units(name, list(ins[2].shape[:nb]) + [k]) as vs:
                 bt, c = vs[:nb], vs[nb]
                 T.reads(L.region(*bt, (0, n), (0, n)), ins[1][(*bt, slice(0, n))],
                         B.region(*bt, (0, n), c))
@@ -1089,7 +1028,7 @@ def _pivot_iperm(piv_t, name: str, m):
         k = ins[0].shape[nb]
         m_ = outs[0].shape[nb]
         with IRBuilder() as ib:
-            with _units(name, list(outs[0].shape[:nb])) as bt:
+            with units(name, list(outs[0].shape[:nb])) as bt:
                 pb = _bidx(bt, mask)
                 T.reads(ins[0][(*pb, slice(0, k))])
                 T.writes(outs[0][(*bt, slice(0, m_))], outs[1][(*bt, slice(0, m_))])

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families import OpError
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, output_params
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -94,17 +94,7 @@ class DenseOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = self._float_names(spec, present)
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        for n in present:
-            if n in floats:
-                continue
-            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
-                if m.dtype.name not in self.index_dtypes:
-                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one "
-                                    f"of {', '.join(self.index_dtypes)}")
+        present, dt, metas = self.checked_inputs(call)
         if self.validate is not None:
             self.validate(call, outs)
         view = self.views(call, outs) if self.views else View()
@@ -197,8 +187,7 @@ class DenseOp(TensorOp):
             else:
                 tensors[n] = holder(n, m, tpl)
         scalars = {n: te.var(n, dt.compute) for n in runtime}
-        kwargs = {p.name: tensors.get(p.name, scalars.get(p.name, attrs.get(p.name)))
-                  for p in spec.args}
+        kwargs = builder_kwargs(spec, tensors, scalars, attrs)
         _INFO.append(info)
         _IDX.append(idx)
         try:
@@ -216,12 +205,7 @@ class DenseOp(TensorOp):
             if n not in spec.no_need_buffer:
                 params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += [scalars[n] for n in runtime]
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params += list(r) if isinstance(m, list) else [r]
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
 
 

@@ -21,7 +21,7 @@ from tvmgrad.lazy import te, tirx
 from tvmgrad.dtypes import HALF, dtype as as_dtype, to_compute
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
 # Register the InferMetas these ops name even when another module has already filled the
 # registry (infer_meta._load_all() stops at the first registration it sees).
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -58,17 +58,7 @@ class ViewOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = self._float_names(spec, present)
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        for n in present:
-            if n in floats:
-                continue
-            m = metas[n]
-            if m.dtype.name not in self.index_dtypes:
-                raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
-                                f"{', '.join(self.index_dtypes)}")
+        present, dt, metas = self.checked_inputs(call)
         if self.validate is not None and call.has_data:
             self.validate(call, outs)
         templates, sizes = self.views(call, outs) if self.views else ({}, {})
@@ -122,21 +112,10 @@ class ViewOp(TensorOp):
                      else [te.var(f"{n}_d{i}", "int64") for i in range(m.ndim)])
             tensors[n] = te.placeholder(shape, m.dtype.storage, name=n)
         scalars = {n: te.var(n, dt.compute) for n in runtime}
-        kwargs = {}
-        for p in spec.args:
-            kwargs[p.name] = tensors.get(p.name, scalars.get(p.name, attrs.get(p.name)))
-        result = self.fn(**kwargs)
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs")
+        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
         params = [tensors[n] for n in metas if n not in spec.no_need_buffer]
         params += [scalars[n] for n in runtime]
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params.append(r)
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
 
 
@@ -244,19 +223,26 @@ def colsum(name, shape, body, axes_extents, acc, out_dtype):
 # ------------------------------------------------------------------------------------------
 # layer_norm
 
-def _ln_views(call, outs):
+def _rows_cols(call, cols_of, rows_of):
+    """(rows, cols) of x split at ``begin_norm_axis`` (checked), and the element counts of the
+    per-column (``cols_of``) and per-row (``rows_of``) parameters present (ValueError otherwise)."""
     shape = call.meta("x").shape
     b = call.attrs["begin_norm_axis"]
     if not 0 <= b < max(len(shape), 1):
         raise OpError(f"{call.op}: attribute 'begin_norm_axis' = {b} must lie in [0, {len(shape)}) "
                       f"for x of rank {len(shape)}")
     rows, cols = math.prod(shape[:b]), math.prod(shape[b:])
-    for n, size in (("scale", cols), ("bias", cols), ("mean", rows), ("variance", rows)):
-        m = call.meta(n)
-        if m is not None and math.prod(m.shape) != size:
-            raise OpError(f"{call.op}: input {n!r} has shape {list(m.shape)}, expected {size} "
-                          f"elements ({'the normalised size' if size == cols else 'one per row'}: "
-                          f"x is {list(shape)} with begin_norm_axis={b})")
+    for names, size, what in ((cols_of, cols, "the normalised size"), (rows_of, rows, "one per row")):
+        for n in names:
+            m = call.meta(n)
+            if m is not None and math.prod(m.shape) != size:
+                raise OpError(f"{call.op}: input {n!r} has shape {list(m.shape)}, expected {size} "
+                              f"elements ({what}: x is {list(shape)} with begin_norm_axis={b})")
+    return rows, cols
+
+
+def _ln_views(call, outs):
+    rows, cols = _rows_cols(call, cols_of=("scale", "bias"), rows_of=("mean", "variance"))
     need_same_shape(call.op, call, "x", "out_grad")
     check_param_dtype(call.op, call, ("scale", "bias", "mean", "variance"))
     rc = ("rows", "cols")
@@ -318,17 +304,7 @@ def _rms_views(call, outs):
             f"{op}: quant_scale > 0 (the int8-quantised forward) has no gradient: its output is "
             f"rounded to integers, so the grad is zero almost everywhere; Paddle 3.3.1 raises "
             f"Unimplemented here too. Use quant_scale <= 0 (the float path).")
-    shape = call.meta("x").shape
-    b = call.attrs["begin_norm_axis"]
-    if not 0 <= b < max(len(shape), 1):
-        raise OpError(f"{op}: attribute 'begin_norm_axis' = {b} must lie in [0, {len(shape)}) for x "
-                      f"of rank {len(shape)}")
-    rows, cols = math.prod(shape[:b]), math.prod(shape[b:])
-    for n, size in (("norm_weight", cols), ("norm_bias", cols), ("bias", cols), ("inv_var", rows)):
-        m = call.meta(n)
-        if m is not None and math.prod(m.shape) != size:
-            raise OpError(f"{op}: input {n!r} has shape {list(m.shape)}, expected {size} elements "
-                          f"(x is {list(shape)} with begin_norm_axis={b})")
+    rows, cols = _rows_cols(call, cols_of=("norm_weight", "norm_bias", "bias"), rows_of=("inv_var",))
     need_same_shape(op, call, "x", "out_grad")
     if call.meta("residual") is not None:
         need_same_shape(op, call, "x", "residual")

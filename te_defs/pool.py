@@ -54,7 +54,8 @@ def _check_range(call, name, limit, what):
 # ------------------------------------------------------------------------------------------
 # scatter by mask (one owner per plane)
 
-_SCATTER_DIRECT = '''
+# the signature both forms share: planes of x/x_grad (P, I), of mask/out_grad (P, O)
+_SCATTER_HEAD = '''
 @T.prim_func(s_tir=True)
 def main(x: T.handle, mask: T.handle, dout: T.handle, dx: T.handle):
     T.func_attr({{"tirx.noalias": True}})
@@ -63,7 +64,10 @@ def main(x: T.handle, mask: T.handle, dout: T.handle, dx: T.handle):
     Mk = T.match_buffer(mask, (P, O), "{it}")
     G = T.match_buffer(dout, (P, O), "{st}")
     DX = T.match_buffer(dx, (P, I), "{st}")
-    for p in range(P):
+'''
+
+# float32/float64: accumulate straight into x_grad
+_SCATTER_DIRECT = _SCATTER_HEAD + '''    for p in range(P):
         with T.sblock("plane"):
             vp = T.axis.spatial(P, p)
             T.reads(Mk[vp, 0:O], G[vp, 0:O])   # DX is zeroed here before it is read
@@ -74,16 +78,8 @@ def main(x: T.handle, mask: T.handle, dout: T.handle, dx: T.handle):
                 DX[vp, T.Cast("int64", Mk[vp, o])] = DX[vp, T.Cast("int64", Mk[vp, o])] + G[vp, o]
 '''
 
-_SCATTER = '''
-@T.prim_func(s_tir=True)
-def main(x: T.handle, mask: T.handle, dout: T.handle, dx: T.handle):
-    T.func_attr({{"tirx.noalias": True}})
-    P, I, O = T.int64(), T.int64(), T.int64()
-    X = T.match_buffer(x, (P, I), "{st}")
-    Mk = T.match_buffer(mask, (P, O), "{it}")
-    G = T.match_buffer(dout, (P, O), "{st}")
-    DX = T.match_buffer(dx, (P, I), "{st}")
-    acc = T.alloc_buffer((P, I), "{ct}")
+# half types: accumulate in a float32 scratch plane, round once
+_SCATTER = _SCATTER_HEAD + '''    acc = T.alloc_buffer((P, I), "{ct}")
     for p in range(P):
         with T.sblock("plane"):
             vp = T.axis.spatial(P, p)

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 import tvmgrad
+from tvmgrad.examples import cast, np_dtype  # noqa: F401  (shared with the package)
 from tvmgrad.spec import load_specs
 
 warnings.filterwarnings("ignore", module="paddle")
@@ -32,22 +33,6 @@ _rng = np.random.default_rng(0)
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
-
-
-def np_dtype(name: str):
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def cast(value, dtype: str):
-    """Cast float arrays (and lists of them) to ``dtype``; leave integer/bool arrays alone."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [cast(v, dtype) for v in value]
-    value = np.asarray(value)
-    if value.dtype.kind == "f" or value.dtype == np_dtype("bfloat16"):
-        return value.astype(np_dtype(dtype))
-    return value
 
 
 # ------------------------------------------------------------------------------------------

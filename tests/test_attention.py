@@ -18,7 +18,7 @@ import pytest
 
 import tvmgrad
 from harness import TOL, assert_close, np_dtype
-from samples_attention import (attention_ref, causal_hidden, sparse_hidden, varlen_ref)
+from tvmgrad.examples.attention import (attention_ref, causal_hidden, sparse_hidden, varlen_ref)
 
 F64 = (1e-9, 1e-11)
 F32 = (2e-4, 2e-5)

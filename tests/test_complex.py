@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tvmgrad
+from adjoint import inner
 from harness import c_ops, rng, to_paddle
 
 CPLX = ("complex64", "complex128")
@@ -313,11 +314,6 @@ def test_as_real_as_complex_conj(dtype):
         tvmgrad.run("as_complex_grad", {"out_grad": r.astype("float64")})
 
 
-def _inner(a, b):
-    """The real inner product Re Σ conj(a)·b (what adjoints are taken against)."""
-    return np.real(np.vdot(np.asarray(a).ravel(), np.asarray(b).ravel()))
-
-
 def test_linear_maps_adjoint_identity():
     """⟨A x, y⟩ = ⟨x, Aᵀ y⟩ (real inner product) for the forward maps real, imag, complex, conj,
     as_real, as_complex against their grads, in float64."""
@@ -325,17 +321,17 @@ def test_linear_maps_adjoint_identity():
     w = crand((3, 4), seed=23)
     r = rng(24).standard_normal((3, 4))
     # real(z)
-    assert np.isclose(_inner(np.real(z), r), _inner(z, tvmgrad.run("real_grad", {"out_grad": r})["x_grad"]))
-    assert np.isclose(_inner(np.imag(z), r), _inner(z, tvmgrad.run("imag_grad", {"out_grad": r})["x_grad"]))
+    assert np.isclose(inner(np.real(z), r), inner(z, tvmgrad.run("real_grad", {"out_grad": r})["x_grad"]))
+    assert np.isclose(inner(np.imag(z), r), inner(z, tvmgrad.run("imag_grad", {"out_grad": r})["x_grad"]))
     # complex(a, b) = a + ib
     a, b = rng(25).standard_normal((3, 4)), rng(26).standard_normal((1, 4))
     grads = tvmgrad.run("complex_grad", {"real": a, "imag": b, "out_grad": w})
-    assert np.isclose(_inner(a + 1j * b, w), _inner(a, grads["real_grad"]) + _inner(b, grads["imag_grad"]))
-    assert np.isclose(_inner(np.conj(z), w), _inner(z, tvmgrad.run("conj_grad", {"out_grad": w})["x_grad"]))
+    assert np.isclose(inner(a + 1j * b, w), inner(a, grads["real_grad"]) + inner(b, grads["imag_grad"]))
+    assert np.isclose(inner(np.conj(z), w), inner(z, tvmgrad.run("conj_grad", {"out_grad": w})["x_grad"]))
     zr = np.ascontiguousarray(z.view(np.float64).reshape(3, 4, 2))
     wr = np.ascontiguousarray(w.view(np.float64).reshape(3, 4, 2))
-    assert np.isclose(_inner(zr, wr), _inner(z, tvmgrad.run("as_real_grad", {"out_grad": wr})["x_grad"]))
-    assert np.isclose(_inner(z, w), _inner(zr, tvmgrad.run("as_complex_grad", {"out_grad": w})["x_grad"]))
+    assert np.isclose(inner(zr, wr), inner(z, tvmgrad.run("as_real_grad", {"out_grad": wr})["x_grad"]))
+    assert np.isclose(inner(z, w), inner(zr, tvmgrad.run("as_complex_grad", {"out_grad": w})["x_grad"]))
 
 
 def test_angle_grad_is_the_gradient():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tvmgrad
+from adjoint import inner
 from harness import c_ops, rng
 
 RTOL = {"complex64": 3e-5, "complex128": 1e-11, "float32": 3e-5, "float64": 1e-11}
@@ -127,10 +128,6 @@ def test_c2r_float32_and_half():
 # ------------------------------------------------------------------------------------------
 # adjoint identities (float64): ⟨F x, y⟩ = ⟨x, grad(y)⟩ with numpy's forward transforms
 
-def _inner(a, b):
-    return np.real(np.vdot(np.asarray(a).ravel(), np.asarray(b).ravel()))
-
-
 SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
@@ -162,15 +159,15 @@ def test_adjoint_identities(norm, forward):
     attrs = {"axes": axes, "normalization": norm, "forward": forward}
     x, y = crand(shape, seed=8), crand(shape, seed=9)
     gx = tvmgrad.run("fft_c2c_grad", {"out_grad": y}, attrs)["x_grad"]
-    assert np.isclose(_inner(np_c2c(x, axes, norm, forward), y), _inner(x, gx))
+    assert np.isclose(inner(np_c2c(x, axes, norm, forward), y), inner(x, gx))
     xr, yh = rng(10).standard_normal(shape), crand(half, seed=11)
     gx = tvmgrad.run("fft_r2c_grad", {"x": xr, "out_grad": yh}, {**attrs, "onesided": True})["x_grad"]
-    assert np.isclose(_inner(np_r2c(xr, axes, norm, forward), yh), _inner(xr, gx))
+    assert np.isclose(inner(np_r2c(xr, axes, norm, forward), yh), inner(xr, gx))
     xh, yr = crand(half, seed=12), rng(13).standard_normal(shape)
     gx = tvmgrad.run("fft_c2r_grad", {"out_grad": yr}, {**attrs, "last_dim_size": 8})["x_grad"]
     xh[:, 0] = xh[:, 0].real            # the imaginary parts of the DC and Nyquist bins are ignored
     xh[:, -1] = xh[:, -1].real
-    assert np.isclose(_inner(np_c2r(xh, shape, axes, norm, forward), yr), _inner(xh, gx))
+    assert np.isclose(inner(np_c2r(xh, shape, axes, norm, forward), yr), inner(xh, gx))
 
 
 # ------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import tvmgrad
+from adjoint import inner
 from harness import c_ops, rng
 
 RTOL = {"float32": 2e-4, "float64": 1e-9, "complex64": 2e-4, "complex128": 1e-9,
@@ -387,10 +388,6 @@ def test_lu_unpack_grad(m, n, dtype):
     check("lu_unpack_grad", inputs, {"unpack_ludata": True, "unpack_pivots": True}, dtype=dtype)
 
 
-def _inner(a, b):
-    return np.real(np.vdot(np.asarray(a).ravel(), np.asarray(b).ravel()))
-
-
 def test_linear_grads_adjoint_identity():
     """⟨A x, y⟩ = ⟨x, Aᵀ y⟩ in float64 for the parts of the forwards that are linear: lu_unpack
     in the packed factors, solve / triangular_solve in y, cholesky_solve in x."""
@@ -399,18 +396,18 @@ def test_linear_grads_adjoint_identity():
     dl, du = rand((m, m), "complex128", 35), rand((m, n), "complex128", 36)
     grad = tvmgrad.run("lu_unpack_grad", {"x": x, "y": np.arange(1, m + 1, dtype=np.int32), "l": dl, "u": du,
                                           "pmat": dl, "l_grad": dl, "u_grad": du})["x_grad"]
-    assert np.isclose(_inner(np.tril(x[:, :m], -1), dl) + _inner(np.triu(x), du), _inner(x, grad))
+    assert np.isclose(inner(np.tril(x[:, :m], -1), dl) + inner(np.triu(x), du), inner(x, grad))
     a, y, g = wellcond((2, 4, 4), "float64", 37), rand((2, 4, 3), "float64", 38), rand((2, 4, 3), "float64", 39)
     out = np.linalg.solve(a, y)
     gy = tvmgrad.run("solve_grad", {"x": a, "y": y, "out": out, "out_grad": g})["y_grad"]
-    assert np.isclose(_inner(np.linalg.solve(a, y), g), _inner(y, gy))
+    assert np.isclose(inner(np.linalg.solve(a, y), g), inner(y, gy))
     for upper, tr, unit in ((True, False, False), (False, True, True), (False, False, True)):
         gy = tvmgrad.run("triangular_solve_grad", {"x": a, "y": y, "out": out, "out_grad": g},
                          {"upper": upper, "transpose": tr, "unitriangular": unit})["y_grad"]
-        assert np.isclose(_inner(_tri_solve(a, y, upper, tr, unit), g), _inner(y, gy))
+        assert np.isclose(inner(_tri_solve(a, y, upper, tr, unit), g), inner(y, gy))
     f = chol((2, 4, 4), "float64", 40)
     gx = tvmgrad.run("cholesky_solve_grad", {"x": y, "y": f, "out": out, "out_grad": g}, {"upper": False})["x_grad"]
-    assert np.isclose(_inner(np.linalg.solve(f @ H(f), y), g), _inner(y, gx))
+    assert np.isclose(inner(np.linalg.solve(f @ H(f), y), g), inner(y, gx))
 
 
 # ------------------------------------------------------------------------------------------

@@ -16,23 +16,12 @@ import numpy as np
 import pytest
 
 import tvmgrad
+from adjoint import assert_adjoint
 from harness import FLOATS, check, from_paddle, leaf, pgrad, rng, to_paddle
 
 
 def _n(*shape, seed=0):
     return rng(seed).standard_normal(shape)
-
-
-def _inner(a, b):
-    if isinstance(a, (list, tuple)):
-        return sum(_inner(x, y) for x, y in zip(a, b))
-    return float(np.sum(np.asarray(a, np.float64) * np.asarray(b, np.float64)))
-
-
-def assert_adjoint(fwd, bwd, x, y, rtol=1e-12):
-    """<fwd(x), y> == <x, bwd(y)> (float64)."""
-    lhs, rhs = _inner(fwd(x), y), _inner(x, bwd(y))
-    assert abs(lhs - rhs) <= rtol * max(1.0, abs(lhs), abs(rhs)), (lhs, rhs)
 
 
 def _paddle():

@@ -56,6 +56,51 @@ def test_coverage_adds_gradients_tvm_lacks(gradients):
     assert len([r for r in rows.values() if r[0]]) == len(gradients) >= 30
 
 
+def _adjoint(build_body, arrays):
+    """Gradient pass over main(*arrays) = sum(body(...)); returns (tvmgrad ops used, grads)."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(f"a{i}", relax.TensorType(a.shape, str(a.dtype))) for i, a in enumerate(arrays)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.sum(build_body(*params))))
+        bb.emit_func_output(out)
+    float_args = [p for p, a in zip(params, arrays) if a.dtype.kind == "f"]
+    grad_mod = relax.transform.Gradient("main", require_grads=float_args)(bb.get())
+    _, grads = _vm(grad_mod)["main_adjoint"](*map(tvm.runtime.tensor, arrays))
+    return _tvmgrad_kernels(grad_mod), [g.numpy() for g in grads]
+
+
+@pytest.mark.parametrize("axis,exclusive", [(1, False), (-3, True), (None, False)])
+def test_cumsum_gradient_uses_tvmgrad(axis, exclusive):
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 3, 5, 4)).astype("float32")
+    def body(a, b):                 # axis None: cumsum of the flattened data
+        weights = relax.op.reshape(b, [-1]) if axis is None else b
+        return relax.op.multiply(relax.op.cumsum(a, axis=axis, exclusive=exclusive), weights)
+
+    used, (gx, _) = _adjoint(body, [x, w])
+    assert "cumsum_grad" in used
+    flat = w.reshape(-1) if axis is None else np.moveaxis(w, axis, -1)
+    want = np.flip(np.cumsum(np.flip(flat, -1), -1), -1) - (flat if exclusive else 0)
+    want = want.reshape(x.shape) if axis is None else np.moveaxis(want, -1, axis)
+    np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-5)
+
+
+def test_where_gradient_broadcasts_back():
+    rng = np.random.default_rng(3)
+    cond = rng.random((4, 1, 5)) > 0.5
+    x = rng.standard_normal((3, 5)).astype("float32")
+    y = rng.standard_normal((4, 3, 1)).astype("float32")
+    w = rng.standard_normal((4, 3, 5)).astype("float32")
+    used, (gx, gy, gw) = _adjoint(lambda c, a, b, ww: relax.op.multiply(relax.op.where(c, a, b), ww),
+                                  [cond, x, y, w])
+    assert "where_grad" in used
+    c = np.broadcast_to(cond, w.shape)
+    np.testing.assert_allclose(gx, np.where(c, w, 0).sum(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gy, np.where(c, 0, w).sum(2, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gw, np.where(c, x, y), rtol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------
 # Training steps: loss and parameter grads equal Paddle's
 

@@ -21,14 +21,23 @@ def test_inplace_writes_into_the_input_and_matches(op):
     even when other outputs read that input (aliased outputs are written last)."""
     inputs, attrs = sample(op, seed=5)
     inputs = {k: cast(v, "float32") for k, v in inputs.items()}
-    expected = tvmgrad.run(op, {k: v.copy() for k, v in inputs.items()}, attrs)
-    copies = {k: v.copy() for k, v in inputs.items()}
+
+    def fresh():
+        return {k: [a.copy() for a in v] if isinstance(v, list) else v.copy() for k, v in inputs.items()}
+
+    def each(v):                         # a Tensor[] pair is written element by element
+        return v if isinstance(v, list) else [v]
+
+    expected = tvmgrad.run(op, fresh(), attrs)
+    copies = fresh()
     got = tvmgrad.run(op, copies, attrs, inplace=True)
     for src, dst in registry.get(op).spec.inplace:
-        if copies[src].size == got[dst].size:
-            assert np.shares_memory(got[dst], copies[src]), f"{op}: {dst} is not written into {src}"
+        for a, b in zip(each(copies[src]), each(got[dst])):
+            if a.size == b.size:
+                assert np.shares_memory(b, a), f"{op}: {dst} is not written into {src}"
     for name, value in expected.items():
-        np.testing.assert_array_equal(got[name], value, err_msg=f"{op}.{name}")
+        for g, w in zip(each(got[name]), each(value)):
+            np.testing.assert_array_equal(g, w, err_msg=f"{op}.{name}")
 
 
 def test_inplace_needs_a_matching_buffer():

@@ -89,27 +89,26 @@ def _broadcast_patterns(entry, impl, example):
     return out
 
 
-def _cast(value, dtype):
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [_cast(v, dtype) for v in value]
-    value = np.asarray(value)
-    return value.astype(as_dtype(dtype).numpy) if value.dtype.kind == "f" else value
-
-
 def plans_for(op: str, dtype: str) -> list:
     """The distinct kernel plans of ``op``'s variants in ``dtype`` (ValueError if unsupported)."""
     entry = registry.get(op)
     impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
     if dtype not in impl.dtypes:
         raise ValueError(f"{op} does not support {dtype} (it supports {', '.join(impl.dtypes)})")
-    plans = {}
+    from .examples import cast
+    plans, accepted, refused = {}, 0, None
     for inputs, attrs in variant_calls(op):
-        call = bind(entry.spec, {k: _cast(v, dtype) for k, v in inputs.items()}, attrs)
-        plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+        try:
+            call = bind(entry.spec, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
+            plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+        except (ValueError, TypeError, NotImplementedError) as exc:
+            refused = refused or exc        # an attribute combination the op refuses
+            continue
+        accepted += 1
         if plan.make is not None:
             plans.setdefault(repr(plan.key), (call, plan))
+    if not accepted and refused is not None:
+        raise refused
     return list(plans.values())
 
 
@@ -208,10 +207,10 @@ def _write_fatbin(path, source, archs):
     """nvcc once for all arches: a fatbin with SASS for each and PTX of the newest."""
     import subprocess
 
-    from .cuda import NVCC_FLAGS, nvcc_path
+    from .cuda import NVCC_FLAGS, for_nvcc, nvcc_path
     with tempfile.TemporaryDirectory(prefix="tvmgrad-fatbin-") as tmp:
         src = os.path.join(tmp, "kernels.cu")
-        pathlib.Path(src).write_text(source)
+        pathlib.Path(src).write_text(for_nvcc(source))
         gencode = []
         for arch in archs:
             num = arch[3:]

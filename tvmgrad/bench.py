@@ -122,6 +122,9 @@ def bench_op(op: str, n: int, dtype: str, broadcast: bool, repeat: int, roofline
     row = {"op": op + (" (broadcast)" if broadcast else ""), "ms": ours * 1e3,
            "gbs": nbytes / ours / 1e9}
     row["roofline"] = row["gbs"] / roofline
+    from .benchrefs import flop_counts
+    count = flop_counts().get(op)
+    row["gflops"] = count(inputs, attrs) / ours / 1e9 if count else None
     paddle_fn = None if (op, broadcast) in PADDLE_CRASHES else _paddle_fn(op, inputs, attrs)
     row["paddle_ms"] = _best(paddle_fn, max(3, repeat // 4)) * 1e3 if paddle_fn else None
     torch_fn = _torch_fn(op, inputs, attrs)
@@ -149,7 +152,9 @@ def main(args) -> int:
 
         def ms(v):
             return f"{v:10.3f}" if v else f"{'n/a':>10}"
+        flops = f" {r['gflops']:.1f} GFLOP/s" if r["gflops"] else ""
         print(f"{r['op']:<28} {r['ms']:10.3f} {r['gbs']:7.1f} {100 * r['roofline']:5.0f}% "
-              f"{ms(r['paddle_ms'])} {ratio(r['paddle_ms'])} {ms(r['torch_ms'])[1:]} {ratio(r['torch_ms'])}")
+              f"{ms(r['paddle_ms'])} {ratio(r['paddle_ms'])} {ms(r['torch_ms'])[1:]} {ratio(r['torch_ms'])}"
+              f"{flops}")
     print("x paddle / x torch: their time over ours (> 1: tvmgrad is faster)")
     return 0

@@ -23,6 +23,9 @@ def lower(plan: Plan, target: Resolved):
         func = plan.make_static(inline=True).with_attr("global_symbol", plan.symbol)
         return apply_trace(func, plan.trace)
     func = plan.make().with_attr("global_symbol", plan.symbol)
+    if plan.narrow_index:
+        import tvm
+        func = tvm.tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
     return schedules.apply(func, target.target, plan.pattern)
 
 

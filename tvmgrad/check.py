@@ -2,7 +2,7 @@
 
 Builds go through the kernel cache in a process pool (each worker builds its share; the file locks
 keep workers from building the same kernel twice), with a progress bar. On a CPU target each op then
-runs on sample inputs and its outputs are checked against shape inference; on CUDA the device code
+runs on its example call (tvmgrad.examples; each dtype it supports) and its outputs are checked against shape inference; on CUDA the device code
 is compiled to cubin for the target arch and checked for spills.
 """
 
@@ -24,21 +24,22 @@ def _ops() -> list[str]:
 def _work(job) -> list[str]:
     """Build and (on CPU) run one op for one dtype; return problems."""
     op, dtype, target = job
-    from .bench import make_inputs
+    from .examples import cast, sample
     from .runtime import prepare
     problems = []
     try:
-        inputs, attrs = make_inputs(op, 24, dtype, broadcast=False)
-        launch = prepare(op, inputs, attrs, target=target)
+        inputs, attrs = sample(op)
+        launch = prepare(op, {k: cast(v, dtype) for k, v in inputs.items()}, attrs, target=target)
         if not launch.target.is_gpu:
             result = launch()
             for o, meta in zip(launch.op.spec.outputs, launch.outputs):
-                got = result[o.name]
                 if meta is None:
                     continue
-                if got.shape != meta.shape or got.dtype != meta.dtype.numpy:
-                    problems.append(f"{op} [{dtype}]: {o.name} is {got.shape} {got.dtype}, "
-                                    f"shape inference says {meta}")
+                pairs = zip(result[o.name], meta) if isinstance(meta, list) else [(result[o.name], meta)]
+                for got, m in pairs:
+                    if got.shape != m.shape or got.dtype != m.dtype.numpy:
+                        problems.append(f"{op} [{dtype}]: {o.name} is {got.shape} {got.dtype}, "
+                                        f"shape inference says {m}")
     except Exception as exc:  # noqa: BLE001 - report every failure, keep going
         problems.append(f"{op} [{dtype}]: {type(exc).__name__}: {exc}")
     return problems
@@ -46,7 +47,8 @@ def _work(job) -> list[str]:
 
 def build_and_run_all(target: str, dtypes, jobs: int = 0) -> list[str]:
     from tqdm import tqdm
-    work = [(op, dt, target) for op in _ops() for dt in dtypes]
+    from .examples import float_dtypes
+    work = [(op, dt, target) for op in _ops() for dt in dtypes if dt in float_dtypes(op)]
     jobs = jobs or len(os.sched_getaffinity(0))
     problems: list[str] = []
     ctx = multiprocessing.get_context("spawn")

@@ -83,6 +83,17 @@ def parse_ptxas(text: str) -> dict[str, KernelStats]:
     return stats
 
 
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\((\d+)\)")
+
+
+def for_nvcc(source: str) -> str:
+    """TVM's CUDA source as tvmgrad compiles it: each ``__launch_bounds__(threads)`` also says
+    one resident block per SM is enough. With the thread count alone ptxas aims at several
+    blocks per SM and spills loop-carried values at 32-48 registers; with it, a kernel keeps
+    what it needs in registers (the memory-bound kernels still use few)."""
+    return _LAUNCH_BOUNDS.sub(r"__launch_bounds__(\1, 1)", source)
+
+
 def compile_cubin(source: str, arch: str, *, fmt: str = "cubin") -> CubinResult:
     """Compile CUDA C source for one arch (``sm_90``); ptxas statistics parsed per kernel."""
     nvcc = nvcc_path()
@@ -92,7 +103,7 @@ def compile_cubin(source: str, arch: str, *, fmt: str = "cubin") -> CubinResult:
         src = os.path.join(tmp, "kernels.cu")
         out = os.path.join(tmp, f"kernels.{fmt}")
         with open(src, "w") as fh:
-            fh.write(source)
+            fh.write(for_nvcc(source))
         cmd = [nvcc, f"--{fmt}", *NVCC_FLAGS, f"-arch={arch}", "-Xptxas", "-v", "-o", out, src]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -248,6 +248,39 @@ def _nll_loss_grad(ctx, call, out, grad, target):
     return grads
 
 
+def _cumsum_grad(ctx, call, out, grad, target):
+    """relax.cumsum (axis None: over the flattened data) -> cumsum_grad."""
+    from tvm import relax
+    x, a = call.args[0], call.attrs
+    if str(grad.ty.dtype) != str(x.ty.dtype):            # cumsum's dtype= is a cast: undo it
+        grad = ctx.emit(relax.op.astype(grad, x.ty.dtype))
+    flatten = a.axis is None
+    if flatten:
+        grad = ctx.emit(relax.op.reshape(grad, x.ty.shape))
+    attrs = {"axis": -1 if flatten else int(a.axis), "flatten": flatten,
+             "exclusive": bool(a.exclusive), "reverse": False}
+    return [emit(ctx, "cumsum_grad", {"x": x, "out_grad": grad}, attrs, target=target)]
+
+
+def _where_grad(ctx, call, out, grad, target):
+    """relax.where broadcasts its three inputs; Paddle's where_grad takes them at the output's
+    shape: broadcast, then sum the grads back to each input's shape."""
+    from tvm import relax
+    cond, x, y = call.args
+    shape = out.ty.shape
+
+    def full(t):
+        return t if t.ty.shape.same_as(shape) else ctx.emit(relax.op.broadcast_to(t, shape))
+
+    dx, dy = emit(ctx, "where_grad", {"condition": full(cond), "x": full(x), "y": full(y), "out_grad": grad},
+                  target=target)
+    back = [relax.op.collapse_sum_to(d, t.ty.shape) if not t.ty.shape.same_as(shape) else d
+            for d, t in ((dx, x), (dy, y))]
+    return [relax.op.zeros_like(cond)] + back
+
+
+GRADIENTS["relax.cumsum"] = RelaxGrad("cumsum_grad", None, ("x_grad",), custom=_cumsum_grad)
+GRADIENTS["relax.where"] = RelaxGrad("where_grad", None, (None, "x_grad", "y_grad"), custom=_where_grad)
 GRADIENTS["relax.nn.nll_loss"] = RelaxGrad("nll_loss_grad", None, ("input_grad", None, None),
                                            custom=_nll_loss_grad)
 GRADIENTS["relax.nn.conv2d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"),

@@ -43,7 +43,13 @@ class Launch:
                 meta = self.outputs[spec.output_names.index(dst)]
                 if dst in given or meta is None:
                     continue
-                buffer = _inplace_view(spec.name, dst, self.call.tensors[src], meta)
+                source = self.call.tensors[src]
+                if isinstance(meta, list):          # a Tensor[] pair: element by element
+                    buffer = [_inplace_view(spec.name, f"{dst}[{i}]", a, m)
+                              for i, (a, m) in enumerate(zip(source, meta))]
+                    buffer = None if any(b is None for b in buffer) else buffer
+                else:
+                    buffer = _inplace_view(spec.name, dst, source, meta)
                 if buffer is None:
                     continue               # sizes differ (e.g. identity_loss_grad with a reduction)
                 if self.plan.inplace_safe:
@@ -54,6 +60,13 @@ class Launch:
         for o, meta in zip(spec.outputs, self.outputs):
             if meta is None:
                 results[o.name] = None
+            elif o.name in given and isinstance(meta, list):
+                buffers = [_check_out(spec.name, f"{o.name}[{i}]", b, m)
+                           for i, (b, m) in enumerate(zip(given[o.name], meta))]
+                if self.function is not None and any(_misaligned(b) for b in buffers):
+                    copy_back[o.name] = buffers
+                    buffers = [aligned_empty(m.shape, m.dtype.numpy) for m in meta]
+                results[o.name] = buffers
             elif o.name in given:
                 buffer = _check_out(spec.name, o.name, given[o.name], meta)
                 if _misaligned(buffer) and self.function is not None:
@@ -77,7 +90,9 @@ class Launch:
             else:
                 self.function(*[self._arg(a, results) for a in self.plan.args])
         for name, buffer in copy_back.items():
-            np.copyto(buffer, results[name])
+            for dst, computed in (zip(buffer, results[name]) if isinstance(buffer, list)
+                                  else [(buffer, results[name])]):
+                np.copyto(dst, computed)
             results[name] = buffer
         return results
 

@@ -15,6 +15,9 @@ Rules by loop-nest shape:
 from __future__ import annotations
 
 from ..analysis import analyze, top_blocks
+from ..analysis import epilogue as _epilogue
+from ..loops import each_nest
+from ._parallel import parallel, spatial as _spatial
 
 __all__ = ["schedule"]
 
@@ -34,32 +37,12 @@ def schedule(sch, target=None):
 
 
 def _schedule(sch, rfactor: bool):
-    seen = []
-    for block in top_blocks(sch):
-        info = analyze(sch, block)
-        if not info.loops:
-            continue
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen):
-            continue       # loops shared with an earlier block (multi-output compute)
+    for info in each_nest(sch, top_blocks(sch)):
         if info.is_reduction:
             _reduction(sch, info, rfactor)
         else:
             _spatial(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
     return sch.mod
-
-
-def _spatial(sch, loops) -> None:
-    if len(loops) == 1:
-        sch.parallel(loops[0])
-        return
-    *outer, _ = loops
-    sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
-
-
-def _fused(sch, loops):
-    return sch.fuse(*loops) if len(loops) > 1 else loops[0]
 
 
 def _reduction(sch, info, rfactor: bool = True) -> None:
@@ -68,8 +51,7 @@ def _reduction(sch, info, rfactor: bool = True) -> None:
     spatial, reduce = info.spatial_loops, info.reduce_loops
     if info.row or not spatial:
         if spatial:
-            outer = _fused(sch, spatial)
-            sch.parallel(outer)
+            outer = parallel(sch, spatial)
             if epilogue is not None:
                 sch.reverse_compute_at(epilogue, outer)
                 sch.set_scope(block, 0, "local")
@@ -81,8 +63,7 @@ def _reduction(sch, info, rfactor: bool = True) -> None:
     *outer_sp, last = spatial
     lo, li = sch.split(last, [None, INNER])
     sch.reorder(lo, *reduce, li)
-    par = sch.fuse(*outer_sp, lo) if outer_sp else lo
-    sch.parallel(par)
+    par = parallel(sch, [*outer_sp, lo])
     sch.decompose_reduction(block, reduce[0])
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, par)
@@ -97,18 +78,6 @@ def _column_rfactor(sch, block, r, epilogue) -> None:
     sch.reorder(parts, *rest, *kept)
     sch.parallel(parts)
     sch.decompose_reduction(rf, rest[0])
-    outer = _fused(sch, analyze(sch, block).spatial_loops)
-    sch.parallel(outer)
+    outer = parallel(sch, analyze(sch, block).spatial_loops)
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, outer)
-
-
-def _epilogue(sch, block):
-    """The single elementwise consumer (e.g. a cast to half) of a reduction's scratch buffer."""
-    consumers = sch.get_consumers(block)
-    if len(consumers) != 1:
-        return None
-    consumer = consumers[0]
-    if analyze(sch, consumer).is_reduction:
-        return None
-    return consumer

@@ -23,7 +23,8 @@ tiles need no bounds checks (the bias grad's, over the unpadded output, have the
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, annotations, by_role, const_extent
+from ._parallel import parallel
 from .rnn_plain import per_block
 
 __all__ = ["schedule"]
@@ -32,19 +33,11 @@ TILE = 64
 ROWS = 4      # tile rows sharing one load of a K^T / V^T row (register blocking)
 
 
-def _ann(sch, block) -> dict:
-    return {str(k): str(v) for k, v in sch.get(block).annotations.items()}
-
-
 def schedule(sch, target=None):
-    for block in top_blocks(sch):
-        role = _ann(sch, block).get("attn.main")
-        if role == "kv":
-            _kv(sch, block)
-        elif role == "q":
-            _q(sch, block)
-        elif role == "bias":
-            _bias(sch, block)
+    rules = {"kv": _kv, "q": _q, "bias": _bias}
+    for block, role in by_role(sch, "attn.main"):
+        if role in rules:
+            rules[role](sch, block)
     per_block(sch)
     return sch.mod
 
@@ -89,14 +82,14 @@ def _tiles_under(sch, main, loop) -> None:
 def _split_div(sch, loop, factor):
     """(outer, inner) with inner = factor when it divides the loop's constant extent, else
     (loop, None)."""
-    ext = sch.get(loop).extent
-    if hasattr(ext, "value") and int(ext.value) % factor == 0 and int(ext.value) > factor:
+    ext = const_extent(sch, loop)
+    if ext is not None and ext % factor == 0 and ext > factor:
         return tuple(sch.split(loop, [None, factor]))
     return loop, None
 
 
 def _tile_producers(sch, block):
-    return [p for p in sch.get_producers(block) if "attn.tile" in _ann(sch, p)]
+    return [p for p in sch.get_producers(block) if "attn.tile" in annotations(sch, p)]
 
 
 def _key(sch, block):
@@ -108,7 +101,18 @@ def _name(sch, block) -> str:
 
 
 def _epilogues(sch, main):
-    return [c for c in sch.get_consumers(main) if "attn.epilogue" in _ann(sch, c)]
+    return [c for c in sch.get_consumers(main) if "attn.epilogue" in annotations(sch, c)]
+
+
+def _accumulate(sch, block, outer, tiles_at, init_at) -> None:
+    """A main block's common tail: its ``outer`` loops fused and parallel (each worker owns its
+    output tile), its tile stages computed at ``tiles_at``, its epilogues per output tile and
+    its init split off at ``init_at``."""
+    par = parallel(sch, outer)
+    _tiles_under(sch, block, tiles_at)
+    for ep in _epilogues(sch, block):
+        sch.reverse_compute_at(ep, par)
+    sch.decompose_reduction(block, init_at)
 
 
 def _kv(sch, block) -> None:
@@ -117,14 +121,9 @@ def _kv(sch, block) -> None:
     ib, ir = sch.split(i, [None, TILE])
     jco, jci = sch.split(jc, [None, 2])
     sch.reorder(b, kh, jb, g, ib, jco, ir, jci, d)
-    par = sch.fuse(b, kh, jb)
-    sch.parallel(par)
     sch.unroll(jci)
     sch.vectorize(d)
-    _tiles_under(sch, block, ib)
-    for ep in _epilogues(sch, block):
-        sch.reverse_compute_at(ep, par)
-    sch.decompose_reduction(block, g)
+    _accumulate(sch, block, [b, kh, jb], ib, g)
 
 
 def _q(sch, block) -> None:
@@ -133,14 +132,9 @@ def _q(sch, block) -> None:
     jb, jc = sch.split(j, [None, TILE])
     iro, iri = sch.split(ir, [None, ROWS])
     sch.reorder(b, h, ib, jb, iro, jc, iri, d)
-    par = sch.fuse(b, h, ib)
-    sch.parallel(par)
     sch.unroll(iri)
     sch.vectorize(d)
-    _tiles_under(sch, block, jb)
-    for ep in _epilogues(sch, block):
-        sch.reverse_compute_at(ep, par)
-    sch.decompose_reduction(block, jb)
+    _accumulate(sch, block, [b, h, ib], jb, jb)
 
 
 def _bias(sch, block) -> None:
@@ -150,9 +144,4 @@ def _bias(sch, block) -> None:
     ib, ir = sch.split(i, [None, TILE])
     jb, jc = sch.split(j, [None, TILE])
     sch.reorder(*lead, ib, jb, *reduce, ir, jc)
-    par = sch.fuse(*lead, ib, jb)
-    sch.parallel(par)
-    _tiles_under(sch, block, reduce[-1])
-    for ep in _epilogues(sch, block):
-        sch.reverse_compute_at(ep, par)
-    sch.decompose_reduction(block, reduce[0])
+    _accumulate(sch, block, [*lead, ib, jb], reduce[-1], reduce[0])

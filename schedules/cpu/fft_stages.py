@@ -9,26 +9,29 @@ get the generic CPU rules.
 from __future__ import annotations
 
 from .. import cpu as generic
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, annotations
+from ..loops import outside_externs
+from ._parallel import parallel
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "unit_loops"]
 
 
 def schedule(sch, target=None):
-    for block in top_blocks(sch):
-        if sch.get_loops(block):
-            continue
-        for child in sch.get_child_blocks(block):
-            spatial = _unit_loops(sch, child)
-            if spatial:
-                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
+    for _block in outside_externs(sch, _parallel_units):
+        pass                          # the blocks outside the externs: the generic rules, below
     return generic.schedule(sch, target)
 
 
-def _unit_loops(sch, block):
+def _parallel_units(sch, block) -> None:
+    spatial = unit_loops(sch, block)
+    if spatial:
+        parallel(sch, spatial)
+
+
+def unit_loops(sch, block):
     """The loops over independent units: the block's spatial loops, less the serial stage loop of
     a paired butterfly stage (sblock attr ``fft.stage`` = 1: its first loop)."""
     spatial = analyze(sch, block).spatial_loops
-    ann = {str(k): v for k, v in sch.get(block).annotations.items()}
+    ann = annotations(sch, block)
     stage = int(ann["fft.stage"]) if "fft.stage" in ann else 0
     return spatial[stage:]

@@ -10,34 +10,40 @@ it is fixed to 0 here and the CUDA-only parts (atomics) drop out before scheduli
 
 from __future__ import annotations
 
-from ..analysis import analyze
-from . import _spatial
+from ..analysis import loop_letters, top_blocks
+from ..loops import each_nest
+from ._parallel import parallel, spatial
 
-__all__ = ["schedule", "specialise", "top_blocks"]
+__all__ = ["schedule", "specialise", "annotated_first", "with_annotated"]
 
 TARGET_FLAG = "tvmgrad_on_cuda"
 
 
 def schedule(sch, target=None):
-    sch = specialise(sch, 0)
-    seen = []
-    for block in top_blocks(sch):
-        kinds = _kinds(sch, block)
-        if kinds is not None:
-            _annotated(sch, block, kinds)
-            continue
-        info = analyze(sch, block)
-        if not info.loops:
-            continue
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen):
-            continue
+    return with_annotated(specialise(sch, 0), _annotated, _reduction)
+
+
+def with_annotated(sch, annotated, reduction):
+    """The CPU rules of kernels with annotated blocks: ``annotated(sch, block, letters)`` for
+    those, ``reduction(sch, info)`` per reduction nest, the generic elementwise rule for the
+    rest."""
+    for info in each_nest(sch, annotated_first(sch, annotated)):
         if info.is_reduction:
-            _reduction(sch, info)
+            reduction(sch, info)
         else:
-            _spatial(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
+            spatial(sch, info.loops)
     return sch.mod
+
+
+def annotated_first(sch, rule):
+    """The blocks to schedule (te.extern wrappers opened), less the annotated ones, which
+    ``rule(sch, block, letters)`` schedules on the way (in block order)."""
+    for block in top_blocks(sch, open_externs=True):
+        letters = loop_letters(sch, block)
+        if letters is None:
+            yield block
+        else:
+            rule(sch, block, letters)
 
 
 def specialise(sch, on_cuda: int):
@@ -53,37 +59,14 @@ def specialise(sch, on_cuda: int):
     return s_tir.Schedule(mod["main"])
 
 
-def top_blocks(sch):
-    """The blocks to schedule: the children of the root block (whatever its name: a te.extern-only
-    function's root block is named after the extern), with the loop-less wrapper block of a
-    te.extern replaced by its children."""
-    root = sch.mod["main"].body.block.name_hint
-    out = []
-    todo = list(sch.get_child_blocks(sch.get_sblock(root)))
-    while todo:
-        block = todo.pop(0)
-        children = list(sch.get_child_blocks(block))
-        if not sch.get_loops(block) and children and _kinds(sch, block) is None:
-            todo[:0] = children
-        else:
-            out.append(block)
-    return out
-
-
 def _reduction(sch, info) -> None:
     """A reduction (the sums over broadcast dims in these kernels): parallel over the kept dims,
     each output reduced serially (the generic column rule's rfactor fails next to te.extern
     blocks)."""
-    spatial = info.spatial_loops
-    if not spatial:
+    if not info.spatial_loops:
         return
-    sch.reorder(*spatial, *info.reduce_loops)
-    sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
-
-
-def _kinds(sch, block):
-    value = sch.get(block).annotations.get("tvmgrad.loops")
-    return None if value is None else str(value)
+    sch.reorder(*info.spatial_loops, *info.reduce_loops)
+    parallel(sch, info.spatial_loops)
 
 
 def _annotated(sch, block, kinds) -> None:
@@ -94,8 +77,8 @@ def _annotated(sch, block, kinds) -> None:
     if not par:
         return
     if "s" not in kinds and not vec:
-        _spatial(sch, par)
+        spatial(sch, par)
         return
-    sch.parallel(sch.fuse(*par) if len(par) > 1 else par[0])
+    parallel(sch, par)
     for lp in vec:
         sch.vectorize(lp)

@@ -13,53 +13,38 @@ units.
 
 from __future__ import annotations
 
-from .. import cpu as generic
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, annotations, const_extent
+from ..loops import outside_externs
+from ._parallel import parallel, serial_reduction, spatial
 
 __all__ = ["schedule"]
 
 
 def schedule(sch, target=None):
-    for block in top_blocks(sch):
-        loops = sch.get_loops(block)
-        if not loops:
-            for child in sch.get_child_blocks(block):
-                units(sch, child)
-            continue
+    for block in outside_externs(sch, units):
         info = analyze(sch, block)
-        if info.is_reduction:
-            ann = {str(k): v for k, v in sch.get(block).annotations.items()}
-            if str(ann.get("la.kind", "")) == "matmul":
-                _matmul(sch, info)
-                continue
-            spatial = info.spatial_loops
-            if spatial:
-                sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
-            sch.decompose_reduction(block, info.reduce_loops[0])
+        if not info.is_reduction:
+            spatial(sch, info.loops)
+        elif str(annotations(sch, block).get("la.kind", "")) == "matmul":
+            _matmul(sch, info)
         else:
-            generic._spatial(sch, loops)
+            serial_reduction(sch, info)
     return sch.mod
 
 
 def _matmul(sch, info) -> None:
-    spatial, (k,) = info.spatial_loops, info.reduce_loops
+    spatial_loops, (k,) = info.spatial_loops, info.reduce_loops
     # spatial: batch groups.., i, j (, pair)
-    inner = 2 if len(spatial) >= 3 and _extent(sch, spatial[-1]) == 2 else 1
-    outer = spatial[: len(spatial) - 1 - inner]
-    cols = spatial[len(spatial) - 1 - inner:]
+    inner = 2 if len(spatial_loops) >= 3 and const_extent(sch, spatial_loops[-1]) == 2 else 1
+    outer = spatial_loops[: len(spatial_loops) - 1 - inner]
+    cols = spatial_loops[len(spatial_loops) - 1 - inner:]
     sch.reorder(*outer, k, *cols)
-    par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    sch.parallel(par)
+    parallel(sch, outer)
     sch.decompose_reduction(info.block, k)
-
-
-def _extent(sch, loop):
-    ext = sch.get(loop).extent
-    return int(ext.value) if hasattr(ext, "value") else None
 
 
 def units(sch, block) -> None:
     """The independent units of a sequential sblock, in parallel."""
     loops = sch.get_loops(block)
     if loops:
-        sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+        parallel(sch, loops)

@@ -15,62 +15,38 @@ an ``ro_*`` output, ``cs_*`` column reductions, other internal spatial blocks in
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
-from ..cuda.red_rows import _inline_internal, _producers_rs, attach_followers, kept_loops, ro_groups
 from .. import cpu as generic
+from ..analysis import analyze, const_extent, top_blocks
+from ..loops import each_nest, set_scopes
+from ..red_rows_roles import attach_followers, inline_internal, kept_loops, ro_groups, unpack_group
+from ._parallel import parallel, serial_reduction, spatial
 
 def schedule(sch, target=None):
-    _inline_internal(sch)
+    inline_internal(sch)
     done = set()
     for group in ro_groups(sch):
         done |= _fused_rows(sch, group)
-    seen = []
-    for block in top_blocks(sch):
-        if sch.get(block).name_hint in done:
-            continue
-        info = analyze(sch, block)
-        if not info.loops:
-            continue
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen) or int(sch.get(info.loops[0]).kind) != 0:
-            continue              # shares loops with a scheduled block, or already parallel
+    blocks = [b for b in top_blocks(sch) if sch.get(b).name_hint not in done]
+    for info in each_nest(sch, blocks):
+        if int(sch.get(info.loops[0]).kind) != 0:
+            continue                    # already parallel (shares loops with a scheduled block)
         if info.is_reduction:
-            consumers = sch.get_consumers(block)
+            consumers = sch.get_consumers(info.block)
             cast_only = len(consumers) == 1 and sch.get(consumers[0]).name_hint.startswith("cc_")
             if info.name.startswith("cs_") or cast_only:
                 generic._reduction(sch, info)    # column reductions: parallel partial sums
             else:
-                _lone_reduction(sch, info)
+                serial_reduction(sch, info)      # its result read from memory by other blocks
         else:
-            generic._spatial(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
+            spatial(sch, info.loops)
     return sch.mod
 
 
-def _unit(sch, loop) -> bool:
-    ext = sch.get(loop).extent
-    return hasattr(ext, "value") and ext.value == 1
-
-
-def _lone_reduction(sch, info) -> None:
-    """A reduction whose result other blocks read from memory: parallel over its kept dims,
-    reduced loops outside the innermost kept one when that is the contiguous one."""
-    spatial, reduce = info.spatial_loops, info.reduce_loops
-    if spatial:
-        sch.parallel(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0])
-    sch.decompose_reduction(info.block, reduce[0])
-
-
 def _fused_rows(sch, group) -> set:
-    ro, followers = group[0], group[1:]
-    rs_blocks = _producers_rs(sch, ro)
-    names = {sch.get(b).name_hint for b in rs_blocks} | {sch.get(b).name_hint for b in group}
-    loops = list(sch.get_loops(ro))
+    ro, followers, rs_blocks, names = unpack_group(sch, group, spatial)
     if not rs_blocks:
-        generic._spatial(sch, loops)
-        for f in followers:
-            generic._spatial(sch, sch.get_loops(f))
         return names
+    loops = list(sch.get_loops(ro))
     kept = kept_loops(sch, ro, rs_blocks)
     lead = 0
     while lead < len(kept) and kept[lead] == lead:
@@ -81,14 +57,13 @@ def _fused_rows(sch, group) -> set:
         for rs in rs_blocks:
             info = analyze(sch, rs)
             if info.is_reduction:
-                _lone_reduction(sch, info)
+                serial_reduction(sch, info)
             else:
-                generic._spatial(sch, info.loops)
+                spatial(sch, info.loops)
         for b in group:
-            generic._spatial(sch, sch.get_loops(b))
+            spatial(sch, sch.get_loops(b))
         return names
-    outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
-    sch.parallel(outer)
+    outer = parallel(sch, loops[:lead])
     row_like = lead == len(kept)
     attach_followers(sch, followers, outer)
     # each row's reductions run right before its outputs (the row is still in cache). (They
@@ -99,7 +74,7 @@ def _fused_rows(sch, group) -> set:
     for rs in rs_blocks:
         info = analyze(sch, rs)
         inner = [(lp, k) for lp, k in zip(info.loops[1:], info.loop_kinds[1:])
-                 if not _unit(sch, lp)]
+                 if const_extent(sch, lp) != 1]
         red = [lp for lp, k in inner if k == "R"]
         spat = [lp for lp, k in inner if k == "S"]
         if red and spat:
@@ -107,6 +82,5 @@ def _fused_rows(sch, group) -> set:
             sch.reorder(*red, *spat)
         if red:
             sch.decompose_reduction(rs, red[0])
-        for w in range(len(sch.get(rs).writes)):
-            sch.set_scope(rs, w, "local")
+        set_scopes(sch, rs, "local")
     return names

@@ -6,28 +6,20 @@ in the same parallel loop. Spatial blocks get the generic rule.
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
-from . import _epilogue, _spatial
+from ..analysis import epilogue, top_blocks
+from ..loops import each_nest
+from ._parallel import parallel, spatial
 
 
 def schedule(sch, target=None):
-    done = []
-    for block in top_blocks(sch):
-        if any(sch.get_sref(block).same_as(d) for d in done):
-            continue
-        info = analyze(sch, block)
-        if not info.loops:
-            continue
+    for info in each_nest(sch, top_blocks(sch)):     # (a moved epilogue shares its loops)
         if not info.is_reduction:
-            _spatial(sch, info.loops)
+            spatial(sch, info.loops)
             continue
-        spatial = info.spatial_loops
-        outer = spatial[:-1] if len(spatial) > 1 else spatial
-        par = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-        sch.parallel(par)
-        epilogue = _epilogue(sch, block)
-        if epilogue is not None:
-            sch.reverse_compute_at(epilogue, par)
-            done.append(sch.get_sref(epilogue))
-        sch.decompose_reduction(block, info.reduce_loops[0])
+        kept = info.spatial_loops
+        par = parallel(sch, kept[:-1] if len(kept) > 1 else kept)
+        epi = epilogue(sch, info.block)
+        if epi is not None:
+            sch.reverse_compute_at(epi, par)
+        sch.decompose_reduction(info.block, info.reduce_loops[0])
     return sch.mod

@@ -13,32 +13,34 @@ block would silently run on the host, so ``schedule`` raises if one is left over
 
 from __future__ import annotations
 
-from ..analysis import analyze, root_block, top_blocks
+from ..analysis import is_bound, root_block, top_blocks
+from ..loops import each_nest
 from . import _elementwise as elementwise
 from . import _reduction as reduction
+from ._threads import check_all_bound
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "generic_rule", "NO_LOOP"]
+
+NO_LOOP = "bind to CUDA threads"     # each_nest's reason: a CUDA block needs a loop
 
 
 def schedule(sch, target):
     original = sch.mod
-    seen = []
-    for block in top_blocks(sch):
-        info = analyze(sch, block)
-        if not info.loops:
-            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen):
-            continue
-        if info.is_reduction:
-            reduction.schedule(sch, info)
-        elif not _already_bound(sch, info.loops):
-            elementwise.schedule(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
+    for info in each_nest(sch, top_blocks(sch), loopless=NO_LOOP):
+        generic_rule(sch, info)
     if _global_scratch(sch):
         return _dlight(original, target)
-    _check_all_bound(sch)
+    check_all_bound(sch)
     return sch.mod
+
+
+def generic_rule(sch, info) -> None:
+    """The rule for one loop nest: the row/column reduction rules, or one thread per element
+    (a spatial nest already bound is left alone)."""
+    if info.is_reduction:
+        reduction.schedule(sch, info)
+    elif not is_bound(sch, info.loops):
+        elementwise.schedule(sch, info.loops)
 
 
 def _global_scratch(sch) -> bool:
@@ -54,15 +56,10 @@ def _dlight(mod, target):
                                             dl.gpu.Fallback())(mod)
     from tvm import s_tir
     sch = s_tir.Schedule(scheduled)
-    _check_all_bound(sch)
+    check_all_bound(sch)
     return scheduled
 
 
-def _check_all_bound(sch) -> None:
-    for block in top_blocks(sch):
-        if not _already_bound(sch, sch.get_loops(block)):
-            raise RuntimeError(f"block {sch.get(block).name_hint!r} is not bound to CUDA threads")
-
-
-def _already_bound(sch, loops) -> bool:
-    return any(sch.get(lp).thread_binding is not None for lp in loops)
+# the names schedules/cuda/rnn_plain.py uses
+_check_all_bound = check_all_bound
+_already_bound = is_bound

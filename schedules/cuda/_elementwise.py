@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from ._threads import bind_threads
+
 THREADS = 256
 
 
 def schedule(sch, loops) -> None:
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    bx, tx = sch.split(fused, [None, THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, loops, THREADS)

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
-from ..analysis import analyze
+from ..analysis import epilogue as _epilogue
+from ..loops import fuse, keep_in_registers
+from ._threads import bind_threads
 
 ROW_THREADS = 256
 COL_THREADS = 256
@@ -21,26 +23,17 @@ def schedule(sch, info) -> None:
     epilogue = _epilogue(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
     if info.row or not spatial:
-        if spatial:
-            bx = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-        else:
-            bx = sch.add_unit_loop(block)
-        r = sch.fuse(*reduce) if len(reduce) > 1 else reduce[0]
-        _, tx = sch.split(r, [None, ROW_THREADS])
+        bx = fuse(sch, spatial) if spatial else sch.add_unit_loop(block)
+        _, tx = sch.split(fuse(sch, reduce), [None, ROW_THREADS])
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
         if epilogue is not None:
-            sch.reverse_compute_at(epilogue, bx)
-            sch.set_scope(block, 0, "local")
+            keep_in_registers(sch, block, bx, epilogue)
             _bind_epilogue_threads(sch, epilogue, bx)
         return
-    sp = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    bx, tx = sch.split(sp, [None, COL_THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    _, tx = bind_threads(sch, spatial, COL_THREADS)
     if epilogue is not None:
-        sch.reverse_compute_at(epilogue, tx)
-        sch.set_scope(block, 0, "local")
+        keep_in_registers(sch, block, tx, epilogue)
     sch.decompose_reduction(block, reduce[0])   # zero the output even when nothing is reduced
 
 
@@ -51,13 +44,5 @@ def _bind_epilogue_threads(sch, epilogue, bx) -> None:
     rest = [lp for lp in loops if not sch.get_sref(lp).same_as(sch.get_sref(bx))
             and sch.get(lp).thread_binding is None]
     if rest:
-        fused = sch.fuse(*rest) if len(rest) > 1 else rest[0]
-        _, tx = sch.split(fused, [None, ROW_THREADS])
+        _, tx = sch.split(fuse(sch, rest), [None, ROW_THREADS])
         sch.bind(tx, "threadIdx.x")
-
-
-def _epilogue(sch, block):
-    consumers = sch.get_consumers(block)
-    if len(consumers) != 1 or analyze(sch, consumers[0]).is_reduction:
-        return None
-    return consumers[0]

@@ -29,8 +29,9 @@ fp32 FMAs (half inputs are widened when the sources are built).
 
 from __future__ import annotations
 
-from .. import cuda as generic
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, annotations, by_role, as_int, top_blocks
+from ..loops import fuse, set_scopes
+from ._threads import bind_threads, check_all_bound
 from .rnn_plain import per_element
 
 __all__ = ["schedule"]
@@ -41,28 +42,16 @@ ELEMWISE = 256
 RED_THREADS = 128
 
 
-def _ann(sch, block) -> dict:
-    return {str(k): v for k, v in sch.get(block).annotations.items()}
-
-
-def _int(v) -> int:
-    return int(v.value) if hasattr(v, "value") else int(v)
-
-
 def schedule(sch, target):
+    rules = {"kv": _kv, "q": _q, "bias": _bias}
+    for block, role in by_role(sch, "attn.main"):
+        if role in rules:
+            rules[role](sch, block)
     for block in top_blocks(sch):
-        role = str(_ann(sch, block).get("attn.main", ""))
-        if role == "kv":
-            _kv(sch, block)
-        elif role == "q":
-            _q(sch, block)
-        elif role == "bias":
-            _bias(sch, block)
-    for block in top_blocks(sch):
-        if "attn.src" in _ann(sch, block):
+        if "attn.src" in annotations(sch, block):
             _source(sch, block)
     per_element(sch)
-    generic._check_all_bound(sch)
+    check_all_bound(sch)
     return sch.mod
 
 
@@ -78,10 +67,7 @@ def _source(sch, block) -> None:
     b, h, *rest = spatial
     if info.is_reduction:
         sch.reorder(*spatial, *info.reduce_loops)
-    fused = sch.fuse(*rest) if len(rest) > 1 else rest[0]
-    bx, tx = sch.split(fused, [None, ELEMWISE])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, rest, ELEMWISE)
     sch.bind(h, "blockIdx.y")
     sch.bind(b, "blockIdx.z")
     if info.is_reduction:
@@ -105,7 +91,7 @@ def _tiles(sch, main):
     todo = list(sch.get_producers(main))
     while todo:
         blk = todo.pop()
-        role = _ann(sch, blk).get("attn.tile")
+        role = annotations(sch, blk).get("attn.tile")
         if role is None or str(role) in out:
             continue
         out[str(role)] = blk
@@ -114,7 +100,7 @@ def _tiles(sch, main):
 
 
 def _epilogues(sch, main):
-    return [c for c in sch.get_consumers(main) if "attn.epilogue" in _ann(sch, c)]
+    return [c for c in sch.get_consumers(main) if "attn.epilogue" in annotations(sch, c)]
 
 
 def _read_index(sch, block, name_prefix):
@@ -151,7 +137,7 @@ def _cooperative(sch, cache, threads_y, threads_x) -> None:
     loops = sch.get_loops(cache)
     own = [lp for lp in loops if sch.get(lp).thread_binding is None
            and int(sch.get(lp).kind) == 0][-2:]
-    fused = sch.fuse(*own) if len(own) > 1 else own[0]
+    fused = fuse(sch, own)
     ext = sch.get(fused).extent
     vec = 4 if hasattr(ext, "value") and int(ext.value) % (threads_y * threads_x * 4) == 0 else 1
     if vec > 1:
@@ -171,8 +157,8 @@ def _shared_tile(sch, consumers, prefix, loop, threads_y, threads_x) -> None:
 
 
 def _dims(sch, main):
-    ann = _ann(sch, main)
-    return _int(ann["attn.d"]), _int(ann["attn.dv"])
+    ann = annotations(sch, main)
+    return as_int(ann["attn.d"]), as_int(ann["attn.dv"])
 
 
 def _bytes(sch, main) -> int:
@@ -188,12 +174,18 @@ def _fit(smem, sizes) -> int:
     return sizes[-1]
 
 
-def _grid(sch, x, y, z) -> None:
+def _grid(sch, main, x, y, z, ty, tx) -> None:
     """Tiles on blockIdx.x, heads on .y, batch on .z: each index stays a plain variable, so TVM
-    can size the shared tiles (a fused index's div/mod hides e.g. the kv head h // G)."""
+    can size the shared tiles (a fused index's div/mod hides e.g. the kv head h // G). The
+    thread's register tile: its epilogues (the outputs) at ``tx``, the accumulators local."""
     sch.bind(x, "blockIdx.x")
     sch.bind(y, "blockIdx.y")
     sch.bind(z, "blockIdx.z")
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    for ep in _epilogues(sch, main):
+        sch.reverse_compute_at(ep, tx)
+    set_scopes(sch, main, "local")
 
 
 def _kv(sch, main) -> None:
@@ -207,13 +199,7 @@ def _kv(sch, main) -> None:
     dr, dt = sch.split(d, [Dm // TX, TX])      # d = dr·TX + tx: neighbouring threads, neighbouring words
     ib, ir = sch.split(i, [None, BR])
     sch.reorder(b, kh, jb, jt, dt, g, ib, ir, jr, dr)
-    _grid(sch, jb, kh, b)
-    sch.bind(jt, "threadIdx.y")
-    sch.bind(dt, "threadIdx.x")
-    for ep in _epilogues(sch, main):
-        sch.reverse_compute_at(ep, dt)
-    sch.set_scope(main, 0, "local")
-    sch.set_scope(main, 1, "local")
+    _grid(sch, main, jb, kh, b, jt, dt)
     t = _place_tiles(sch, main, ib, TY, TX)
     _shared_tile(sch, [t["S"], main], "attn_qs", ib, TY, TX)
     _shared_tile(sch, [t["dP"], main], "attn_dos", ib, TY, TX)
@@ -231,12 +217,7 @@ def _q(sch, main) -> None:
     dr, dt = sch.split(d, [D // TX, TX])
     jb, jc = sch.split(j, [None, BCQ])
     sch.reorder(b, h, ib, it, dt, jb, jc, ir, dr)
-    _grid(sch, ib, h, b)
-    sch.bind(it, "threadIdx.y")
-    sch.bind(dt, "threadIdx.x")
-    for ep in _epilogues(sch, main):
-        sch.reverse_compute_at(ep, dt)
-    sch.set_scope(main, 0, "local")
+    _grid(sch, main, ib, h, b, it, dt)
     t = _place_tiles(sch, main, jb, TY, TX)
     _shared_tile(sch, [t["S"]], "attn_qs", dt, TY, TX)
     _shared_tile(sch, [t["dP"]], "attn_dos", dt, TY, TX)
@@ -248,10 +229,7 @@ def _bias(sch, main) -> None:
     info = analyze(sch, main)
     spatial, reduce = info.spatial_loops, info.reduce_loops
     sch.reorder(*spatial, *reduce)
-    fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    bx, tx = sch.split(fused, [None, RED_THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    _, tx = bind_threads(sch, spatial, RED_THREADS)
     for ep in _epilogues(sch, main):
         sch.reverse_compute_at(ep, tx)
     sch.set_scope(main, 0, "local")

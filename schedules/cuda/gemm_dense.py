@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 
 from .. import cuda as generic
-from ..analysis import analyze, top_blocks
-from . import _elementwise as elementwise
-from . import _reduction as reduction
+from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_bound,
+                        top_blocks)
+from ..loops import each_nest, fuse, keep_in_registers
+from ._threads import check_all_bound
 
 __all__ = ["schedule"]
 
@@ -35,41 +36,19 @@ __all__ = ["schedule"]
 STAGE = 4096             # elements of one operand's shared tile per reduction step (at most)
 
 
-def _ann(sch, block) -> dict:
-    return {str(k): v for k, v in sch.get(block).annotations.items()}
-
-
-def _int(v) -> int:
-    return int(v.value) if hasattr(v, "value") else int(v)
-
-
 def schedule(sch, target):
-    mains = [b for b in top_blocks(sch) if "dense.main" in _ann(sch, b)]
-    for block in mains:
+    for block, _ in by_role(sch, "dense.main"):
         _contraction(sch, block)
-    seen = []
-    for block in top_blocks(sch):
-        info = analyze(sch, block)
-        if not info.loops:
-            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen):
-            continue
-        if generic._already_bound(sch, info.loops):
-            seen.append(outer)
-            continue
-        if info.is_reduction:
-            reduction.schedule(sch, info)
-        else:
-            elementwise.schedule(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
-    generic._check_all_bound(sch)
+    for info in each_nest(sch, top_blocks(sch), loopless=generic.NO_LOOP):
+        if not is_bound(sch, info.loops):
+            generic.generic_rule(sch, info)
+    check_all_bound(sch)
     return sch.mod
 
 
 def _contraction(sch, block) -> None:
-    ann = _ann(sch, block)
-    m_ax, n_ax = _int(ann["dense.m"]), _int(ann["dense.n"])
+    ann = annotations(sch, block)
+    m_ax, n_ax = as_int(ann["dense.m"]), as_int(ann["dense.n"])
     if _tensor_core_ok(sch, block, ann):
         _wmma(sch, block, ann)
         return
@@ -78,9 +57,9 @@ def _contraction(sch, block) -> None:
     # block tile BM x BN: the grains (64 at most), halved for float64 and for long kernel
     # windows (their unrolled taps cost registers); 16 x 16 threads at most
     wide = str(sch.get(block).writes[0].source.dtype) == "float64"
-    taps = math.prod(_extent(sch, lp) or 1 for lp in reduce)
+    taps = math.prod(const_extent(sch, lp) or 1 for lp in reduce)
     cap = 32 if wide or taps >= 18 else 64
-    BM, BN = min(cap, _int(ann["dense.gm"])), min(cap, _int(ann["dense.gn"]))
+    BM, BN = min(cap, as_int(ann["dense.gm"])), min(cap, as_int(ann["dense.gn"]))
     TY, TX = min(16, BM), min(16, BN)
     TM, TN = BM // TY, BN // TX
     m_o, ty, tm = sch.split(spatial[m_ax], [None, TY, TM])
@@ -91,11 +70,11 @@ def _contraction(sch, block) -> None:
         # stage along the last reduction axis of non-constant extent (a channel or spatial
         # axis); the axes after it are a constant window staged whole, the ones before it
         # serial loops around the stages
-        exts = [_extent(sch, lp) for lp in reduce]
+        exts = [const_extent(sch, lp) for lp in reduce]
         var = [i for i, e in enumerate(exts) if e is None]
         at = var[-1] if var else 0
         window = math.prod(e or 1 for e in exts[at + 1:])
-        bk = _int(ann.get("dense.gk", 16))
+        bk = as_int(ann.get("dense.gk", 16))
         while bk > 1 and bk * window * max(BM, BN) > STAGE:
             bk //= 2
         ko, ki = sch.split(reduce[at], [None, bk])
@@ -106,7 +85,7 @@ def _contraction(sch, block) -> None:
     # a halo (a conv's leading spatial dims, at most 2) get y (and z) to themselves; the rest
     # and the M/N tiles share x (2^31 blocks)
     sch.reorder(*outer, m_o, n_o, ty, tx, *rest, tm, tn)
-    halo_idx = [_int(v) for v in ann.get("dense.halo", [])]
+    halo_idx = [as_int(v) for v in ann.get("dense.halo", [])]
     halo = [spatial[i] for i in halo_idx]
     plain = [lp for i, lp in zip([i for i in range(len(spatial)) if i not in (m_ax, n_ax)], outer)
              if i not in halo_idx]
@@ -114,12 +93,12 @@ def _contraction(sch, block) -> None:
         raise RuntimeError("at most 2 halo axes can be bound to the CUDA grid")
     if not halo:
         if plain:
-            sch.bind(sch.fuse(*plain) if len(plain) > 1 else plain[0], "blockIdx.x")
+            sch.bind(fuse(sch, plain), "blockIdx.x")
         sch.bind(m_o, "blockIdx.y")
         sch.bind(n_o, "blockIdx.z")
     elif len(halo) == 1:
         sch.reorder(*plain, m_o, *halo, n_o)
-        sch.bind(sch.fuse(*plain, m_o) if plain else m_o, "blockIdx.x")
+        sch.bind(fuse(sch, [*plain, m_o]), "blockIdx.x")
         sch.bind(halo[0], "blockIdx.y")
         sch.bind(n_o, "blockIdx.z")
     else:
@@ -129,12 +108,8 @@ def _contraction(sch, block) -> None:
         sch.bind(halo[0], "blockIdx.z")
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
-    consumers = sch.get_consumers(block)
-    if len(consumers) == 1 and not analyze(sch, consumers[0]).is_reduction:
-        sch.reverse_compute_at(consumers[0], tx)           # the epilogue: crop + cast
-        sch.set_scope(block, 0, "local")
-    else:                                                  # partial results, reduced later
-        sch.reverse_compute_at(sch.cache_write(block, 0, "local"), tx)
+    # the epilogue (crop + cast), or partial results reduced later, from registers
+    keep_in_registers(sch, block, tx, epilogue(sch, block))
     if reduce:
         ko_ref = sch.get_sref(stage_at)
         depth = 1 + next(i for i, lp in enumerate(sch.get_loops(block))
@@ -147,22 +122,16 @@ def _contraction(sch, block) -> None:
             cache = sch.cache_read(block, i, "shared", consumer_blocks=[block])
             sch.compute_at(cache, stage_at)
             loops = sch.get_loops(cache)[depth:]
-            fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-            _, cy, cx = sch.split(fused, [None, TY, TX])
+            _, cy, cx = sch.split(fuse(sch, loops), [None, TY, TX])
             sch.bind(cy, "threadIdx.y")
             sch.bind(cx, "threadIdx.x")
         sch.unroll(tm)
         sch.unroll(tn)
         inner = [lp for lp in rest[rest.index(stage_at) + 1:]]
-        if math.prod(_extent(sch, lp) or 64 for lp in inner) <= 64:
+        if math.prod(const_extent(sch, lp) or 64 for lp in inner) <= 64:
             for lp in inner:          # the staged step's taps: straight-line FMAs
                 sch.unroll(lp)
         sch.decompose_reduction(block, rest[0])
-
-
-def _extent(sch, loop):
-    ext = sch.get(loop).extent
-    return int(ext.value) if hasattr(ext, "value") else None
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,14 +140,14 @@ def _extent(sch, loop):
 def _tensor_core_ok(sch, block, ann) -> bool:
     """A float16 GEMM (``dense.tc``: [*batch, m, n] += a[m, k]·b[k, n], one reduction) whose
     grains are multiples of 16 and whose indices are int32 (the WMMA intrinsics' strides)."""
-    if not _int(ann.get("dense.tc", 0)):
+    if not as_int(ann.get("dense.tc", 0)):
         return False
     info = analyze(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
-    m_ax, n_ax = _int(ann["dense.m"]), _int(ann["dense.n"])
+    m_ax, n_ax = as_int(ann["dense.m"]), as_int(ann["dense.n"])
     if len(reduce) != 1 or (m_ax, n_ax) != (len(spatial) - 2, len(spatial) - 1):
         return False
-    if _int(ann["dense.gm"]) % 16 or _int(ann["dense.gn"]) % 16 or _int(ann.get("dense.gk", 16)) % 16:
+    if as_int(ann["dense.gm"]) % 16 or as_int(ann["dense.gn"]) % 16 or as_int(ann.get("dense.gk", 16)) % 16:
         return False
     return str(sch.get(spatial[0]).loop_var.ty) == "int32"
 
@@ -192,7 +161,7 @@ def _wmma(sch, block, ann) -> None:
     info = analyze(sch, block)
     spatial, (k,) = info.spatial_loops, info.reduce_loops
     *batch, m, n = spatial
-    BM, BN = min(64, _int(ann["dense.gm"])), min(64, _int(ann["dense.gn"]))
+    BM, BN = min(64, as_int(ann["dense.gm"])), min(64, as_int(ann["dense.gn"]))
     WY, WX = max(1, BM // 32), max(1, BN // 32)
     FM, FN = BM // (16 * WY), BN // (16 * WX)
     m0, m1, m2, m3 = sch.split(m, [None, WY, FM, 16])
@@ -200,7 +169,7 @@ def _wmma(sch, block, ann) -> None:
     k0, k1 = sch.split(k, [None, 16])
     sch.reorder(*batch, m0, n0, m1, n1, k0, m2, n2, m3, n3, k1)
     if batch:
-        sch.bind(sch.fuse(*batch) if len(batch) > 1 else batch[0], "blockIdx.x")
+        sch.bind(fuse(sch, batch), "blockIdx.x")
     sch.bind(m0, "blockIdx.y")
     sch.bind(n0, "blockIdx.z")
     warp = sch.fuse(m1, n1)
@@ -227,22 +196,17 @@ def _wmma(sch, block, ann) -> None:
     la = sch.get_loops(fa)[-2:]
     a_o, a_i = sch.split(la[0], [None, 16])
     sch.reorder(a_o, a_i, la[1])
-    print('T load_a', flush=True); print(sch.mod.script()[-6000:], flush=True) if __import__('os').environ.get('DBG') else None
     sch.tensorize(a_i, intrin.WMMA_LOAD_16x16x16_F16_A_INTRIN)
     lb = sch.get_loops(fb)[-2:]
     b_o, b_i = sch.split(lb[1], [None, 16])
     sch.reorder(b_o, lb[0], b_i)
-    print('T load_b', flush=True)
     sch.tensorize(lb[0], intrin.WMMA_LOAD_16x16x16_F16_B_INTRIN)
     # accumulator store: 16 x 16 tiles into the contraction's (global) buffer
     ls = sch.get_loops(acc)[-2:]
     s_mo, s_mi = sch.split(ls[0], [None, 16])
     s_no, s_ni = sch.split(ls[1], [None, 16])
     sch.reorder(s_mo, s_no, s_mi, s_ni)
-    print('T store', flush=True)
     sch.tensorize(s_mi, intrin.WMMA_STORE_16x16x16_F32_GLOBAL_INTRIN)
     init = sch.decompose_reduction(block, k0)
-    print('T fill', flush=True)
     sch.tensorize(sch.get_loops(init)[-2], intrin.WMMA_FILL_16x16x16_F32_INTRIN)
-    print('T sync', flush=True)
     sch.tensorize(m3, intrin.WMMA_SYNC_16x16x16_f16f16f32_INTRIN)

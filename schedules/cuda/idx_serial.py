@@ -13,9 +13,12 @@ kernel with target-specific parts takes the scalar parameter ``tvmgrad_on_cuda``
 
 from __future__ import annotations
 
-from ..analysis import analyze
-from ..cpu.idx_serial import specialise, top_blocks
+from ..analysis import is_bound, top_blocks
+from ..cpu.idx_serial import annotated_first, specialise
+from ..loops import each_nest, fuse
+from . import NO_LOOP
 from . import _elementwise as elementwise
+from ._threads import bind_threads, check_all_bound, thread_per_output
 
 __all__ = ["schedule"]
 
@@ -24,46 +27,13 @@ THREADS = 256
 
 def schedule(sch, target):
     sch = specialise(sch, 1)
-    seen = []
-    for block in top_blocks(sch):
-        kinds = _kinds(sch, block)
-        if kinds is not None:
-            _annotated(sch, block, kinds)
-            continue
-        info = analyze(sch, block)
-        if not info.loops:
-            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
-        outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen):
-            continue
+    for info in each_nest(sch, annotated_first(sch, _annotated), loopless=NO_LOOP):
         if info.is_reduction:
-            _reduction(sch, info)
-        elif not _bound(sch, info.loops):
+            thread_per_output(sch, info, THREADS)
+        elif not is_bound(sch, info.loops):
             elementwise.schedule(sch, info.loops)
-        seen.append(sch.get_sref(sch.get_loops(block)[0]))
-    for block in top_blocks(sch):
-        if not _bound(sch, sch.get_loops(block)):
-            raise RuntimeError(f"block {sch.get(block).name_hint!r} is not bound to CUDA threads")
+    check_all_bound(sch, top_blocks(sch, open_externs=True))
     return sch.mod
-
-
-def _reduction(sch, info) -> None:
-    """A reduction (the sums over broadcast dims in these kernels): one thread per output,
-    reducing serially."""
-    spatial = info.spatial_loops
-    if spatial:
-        sch.reorder(*spatial, *info.reduce_loops)
-        fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    else:
-        fused = sch.add_unit_loop(info.loops[0])
-    bx, tx = sch.split(fused, [None, THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-
-
-def _kinds(sch, block):
-    value = sch.get(block).annotations.get("tvmgrad.loops")
-    return None if value is None else str(value)
 
 
 def _annotated(sch, block, kinds) -> None:
@@ -72,16 +42,7 @@ def _annotated(sch, block, kinds) -> None:
     par = [lp for lp, k in zip(loops, kinds) if k == "p"]
     vec = [lp for lp, k in zip(loops, kinds) if k == "v"]
     if vec:
-        sch.bind(sch.fuse(*par) if len(par) > 1 else par[0], "blockIdx.x")
+        sch.bind(fuse(sch, par), "blockIdx.x")
         sch.bind(vec[0], "threadIdx.x")
         return
-    if not par:
-        par = [sch.add_unit_loop(loops[0] if loops else block)]
-    fused = sch.fuse(*par) if len(par) > 1 else par[0]
-    bx, tx = sch.split(fused, [None, THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-
-
-def _bound(sch, loops) -> bool:
-    return any(sch.get(lp).thread_binding is not None for lp in loops)
+    bind_threads(sch, par or [sch.add_unit_loop(loops[0] if loops else block)], THREADS)

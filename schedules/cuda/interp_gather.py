@@ -13,8 +13,11 @@ Every block ends up bound to threads (an unbound block would run on the host): c
 
 from __future__ import annotations
 
-from ..analysis import analyze
-from ..cpu.interp_gather import top_blocks
+from ..analysis import analyze, epilogue, is_bound, loop_letters, top_blocks
+from ..cpu.idx_serial import annotated_first
+from ..loops import fuse, keep_in_registers
+from . import NO_LOOP
+from ._threads import bind_threads, check_all_bound
 
 __all__ = ["schedule"]
 
@@ -23,69 +26,37 @@ THREADS = 256
 
 def schedule(sch, target):
     done = []
-    for block in top_blocks(sch):
-        name = sch.get(block).name_hint
-        if name in done:
-            continue
-        kinds = _kinds(sch, block)
-        if kinds is not None:
-            _annotated(sch, block, kinds)
+    for block in annotated_first(sch, _annotated):
+        if sch.get(block).name_hint in done:
             continue
         info = analyze(sch, block)
         if not info.loops:
-            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
-        if _bound(sch, info.loops):
+            raise RuntimeError(f"block {info.name!r} has no loop to {NO_LOOP}")
+        if is_bound(sch, info.loops):
             continue
         if info.is_reduction:
             epi = _gather(sch, info)
             if epi is not None:
                 done.append(sch.get(epi).name_hint)
         else:
-            _threads(sch, info.loops)
-    for block in top_blocks(sch):
-        if not _bound(sch, sch.get_loops(block)):
-            raise RuntimeError(f"block {sch.get(block).name_hint!r} is not bound to CUDA threads")
+            bind_threads(sch, info.loops, THREADS)
+    check_all_bound(sch, top_blocks(sch, open_externs=True))
     return sch.mod
-
-
-def _kinds(sch, block):
-    value = sch.get(block).annotations.get("tvmgrad.loops")
-    return None if value is None else str(value)
-
-
-def _threads(sch, loops):
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    bx, tx = sch.split(fused, [None, THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    return tx
 
 
 def _gather(sch, info):
     block = info.block
-    spatial, reduce = info.spatial_loops, info.reduce_loops
-    epilogue = _epilogue(sch, block)
-    if spatial:
-        tx = _threads(sch, spatial)
-    else:
-        tx = _threads(sch, [sch.add_unit_loop(block)])
-    if epilogue is not None:
-        sch.reverse_compute_at(epilogue, tx)
-        sch.set_scope(block, 0, "local")
-    else:
-        cached = sch.cache_write(block, 0, "local")
-        sch.reverse_compute_at(cached, tx)
-    sch.decompose_reduction(block, reduce[0])      # zero the output even when nothing is reduced
-    return epilogue
+    epi = _epilogue(sch, block)
+    _, tx = bind_threads(sch, info.spatial_loops or [sch.add_unit_loop(block)], THREADS)
+    keep_in_registers(sch, block, tx, epi)
+    sch.decompose_reduction(block, info.reduce_loops[0])   # zeros even when nothing is reduced
+    return epi
 
 
 def _epilogue(sch, block):
-    consumers = sch.get_consumers(block)
-    if len(consumers) != 1:
-        return None
-    consumer = consumers[0]
-    info = analyze(sch, consumer)
-    if info.is_reduction or _kinds(sch, consumer) is not None:
+    """The elementwise consumer (a cast) when it reads nothing but this gather."""
+    consumer = epilogue(sch, block)
+    if consumer is None or loop_letters(sch, consumer) is not None:
         return None
     if len(sch.get_producers(consumer)) != 1:
         return None
@@ -95,22 +66,20 @@ def _epilogue(sch, block):
 def _annotated(sch, block, kinds) -> None:
     """``p``/``i`` loops onto threads. Owner blocks (only ``p`` loops, e.g. one per (n, c)
     plane): the outer ones fused onto blockIdx.y and the last split over blockIdx.x ×
-    threadIdx.x, so a thread finds its (n, c) without 64-bit division (which TVM re-evaluates at
-    every use, costing registers and spills in the long serial loops)."""
+    threadIdx.x, so a thread finds its innermost index without 64-bit division (which TVM
+    re-evaluates at every use, costing registers and spills in the long serial loops). With an
+    ``i`` loop (a gather over contiguous outputs) every loop is fused and split over blocks of
+    threads."""
     loops = sch.get_loops(block)
     assert len(loops) == len(kinds), (kinds, len(loops))
     par = [lp for lp, k in zip(loops, kinds) if k in "pi"]
     if not par:
         par = [sch.add_unit_loop(loops[0] if loops else block)]
-    if "i" not in kinds and len(par) > 1:
-        outer = sch.fuse(*par[:-1]) if len(par) > 2 else par[0]
-        bx, tx = sch.split(par[-1], [None, THREADS])
-        sch.bind(outer, "blockIdx.y")
-        sch.bind(bx, "blockIdx.x")
-        sch.bind(tx, "threadIdx.x")
+    if "i" in kinds or len(par) == 1:
+        bind_threads(sch, par, THREADS)
         return
-    _threads(sch, par)
-
-
-def _bound(sch, loops) -> bool:
-    return any(sch.get(lp).thread_binding is not None for lp in loops)
+    outer = fuse(sch, par[:-1])
+    bx, tx = sch.split(par[-1], [None, THREADS])
+    sch.bind(outer, "blockIdx.y")
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")

@@ -15,8 +15,10 @@ Every block ends up bound to threads (checked).
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, annotations, const_extent, is_bound, top_blocks
+from ..loops import fuse, keep_in_registers, outside_externs
 from . import _elementwise as elementwise
+from ._threads import bind_threads, check_all_bound
 
 __all__ = ["schedule", "units", "check_bound"]
 
@@ -26,13 +28,9 @@ MM_THREADS = 32
 
 
 def schedule(sch, target=None):
-    for block in top_blocks(sch):
+    for block in outside_externs(sch, units):
         loops = sch.get_loops(block)
-        if not loops:
-            for child in sch.get_child_blocks(block):
-                units(sch, child)
-            continue
-        if _bound(sch, loops):
+        if is_bound(sch, loops):
             continue
         info = analyze(sch, block)
         if info.is_reduction:
@@ -47,24 +45,17 @@ def units(sch, block, threads: int = UNIT_THREADS) -> None:
     loops = sch.get_loops(block)
     if not loops:
         raise RuntimeError(f"sequential block {sch.get(block).name_hint!r} has no unit loop")
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    bx, tx = sch.split(fused, [None, threads])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
+    bind_threads(sch, loops, threads)
 
 
 def reduction(sch, info) -> None:
-    ann = {str(k): v for k, v in sch.get(info.block).annotations.items()}
-    if str(ann.get("la.kind", "")) == "matmul" and len(info.spatial_loops) >= 2 and len(info.reduce_loops) == 1:
+    ann = annotations(sch, info.block)
+    if (str(ann.get("la.kind", "")) == "matmul" and len(info.spatial_loops) >= 2
+            and len(info.reduce_loops) == 1):
         return _matmul(sch, info)
     block = info.block
-    spatial = info.spatial_loops
-    fused = sch.fuse(*spatial) if len(spatial) > 1 else (spatial[0] if spatial else sch.add_unit_loop(block))
-    bx, tx = sch.split(fused, [None, RED_THREADS])
-    sch.bind(bx, "blockIdx.x")
-    sch.bind(tx, "threadIdx.x")
-    local = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(local, tx)
+    _, tx = bind_threads(sch, info.spatial_loops or [sch.add_unit_loop(block)], RED_THREADS)
+    keep_in_registers(sch, block, tx, None)
     sch.decompose_reduction(block, info.reduce_loops[0])
 
 
@@ -74,35 +65,18 @@ def _matmul(sch, info) -> None:
     division in the k loop (a fused (b, i, j) index would need 64-bit divisions per load)."""
     block = info.block
     spatial, (k,) = info.spatial_loops, info.reduce_loops
-    ext = sch.get(spatial[-1]).extent
-    inner = 2 if len(spatial) >= 3 and hasattr(ext, "value") and int(ext.value) == 2 else 1
-    rows = spatial[: len(spatial) - 1 - inner]
-    cols = spatial[len(spatial) - 1 - inner:]
-    row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
-    col = sch.fuse(*cols) if len(cols) > 1 else cols[0]
+    inner = 2 if len(spatial) >= 3 and const_extent(sch, spatial[-1]) == 2 else 1
+    row = fuse(sch, spatial[: len(spatial) - 1 - inner])
+    col = fuse(sch, spatial[len(spatial) - 1 - inner:])
     co, ci = sch.split(col, [None, MM_THREADS])
     sch.reorder(row, co, ci, k)
     sch.bind(row, "blockIdx.x")
     sch.bind(co, "blockIdx.y")
     sch.bind(ci, "threadIdx.x")
-    local = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(local, ci)
+    keep_in_registers(sch, block, ci, None)
     sch.decompose_reduction(block, k)
 
 
-def _bound(sch, loops) -> bool:
-    return any(sch.get(lp).thread_binding is not None for lp in loops)
-
-
 def check_bound(sch) -> None:
-    for block in top_blocks(sch):
-        loops = sch.get_loops(block)
-        if not loops:
-            kids = sch.get_child_blocks(block)
-            if not kids:
-                raise RuntimeError(f"block {sch.get(block).name_hint!r} has no loop to bind")
-            for child in kids:
-                if not _bound(sch, sch.get_loops(child)):
-                    raise RuntimeError(f"block {sch.get(child).name_hint!r} is not bound to CUDA threads")
-        elif not _bound(sch, loops):
-            raise RuntimeError(f"block {sch.get(block).name_hint!r} is not bound to CUDA threads")
+    """Every block bound, the units inside te.extern wrappers included."""
+    check_all_bound(sch, top_blocks(sch, open_externs=True))

@@ -4,6 +4,7 @@ order: deterministic, no atomics), 128 planes per thread block."""
 from __future__ import annotations
 
 from ..analysis import top_blocks
+from ._threads import bind_threads
 
 __all__ = ["schedule"]
 
@@ -15,7 +16,5 @@ def schedule(sch, target):
         loops = sch.get_loops(block)
         if not loops:
             raise RuntimeError(f"block {sch.get(block).name_hint!r} has no loop to bind")
-        bx, tx = sch.split(loops[0], [None, THREADS])
-        sch.bind(bx, "blockIdx.x")
-        sch.bind(tx, "threadIdx.x")
+        bind_threads(sch, loops[:1], THREADS)
     return sch.mod

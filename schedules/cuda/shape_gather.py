@@ -8,32 +8,21 @@ kernel; no block is left unbound.
 
 from __future__ import annotations
 
-from ..analysis import analyze, top_blocks
-from . import _check_all_bound
-from ._reduction import _epilogue
+from ..analysis import epilogue, top_blocks
+from ..loops import each_nest, keep_in_registers
+from . import NO_LOOP
+from ._threads import bind_threads, check_all_bound
 
 THREADS = 256
 
 
 def schedule(sch, target):
-    done = []
-    for block in top_blocks(sch):
-        if any(sch.get_sref(block).same_as(d) for d in done):
-            continue
-        info = analyze(sch, block)
-        if not info.loops:
-            raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
-        spatial = info.spatial_loops
-        fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-        bx, tx = sch.split(fused, [None, THREADS])
-        sch.bind(bx, "blockIdx.x")
-        sch.bind(tx, "threadIdx.x")
+    for info in each_nest(sch, top_blocks(sch), loopless=NO_LOOP):   # (a moved epilogue
+        _, tx = bind_threads(sch, info.spatial_loops, THREADS)      # shares its loops)
         if info.is_reduction:
-            epilogue = _epilogue(sch, block)
-            if epilogue is not None:
-                sch.reverse_compute_at(epilogue, tx)
-                sch.set_scope(block, 0, "local")
-                done.append(sch.get_sref(epilogue))
-            sch.decompose_reduction(block, info.reduce_loops[0])
-    _check_all_bound(sch)
+            epi = epilogue(sch, info.block)
+            if epi is not None:
+                keep_in_registers(sch, info.block, tx, epi)
+            sch.decompose_reduction(info.block, info.reduce_loops[0])
+    check_all_bound(sch)
     return sch.mod

@@ -6,6 +6,8 @@ user computes that grad: an ``aten.*_backward`` op or autograd on the forward) a
 is not the right call. ``tensors`` are the op's inputs (torch / paddle tensors) keyed by YAML name.
 ``INPUTS = {op: make(size, dtype) -> (inputs, attrs)}`` gives an op realistic benchmark inputs of
 about ``size`` elements (numpy arrays); without it every tensor input is a flat array of ``size``.
+``FLOPS = {op: count(inputs, attrs) -> float}`` gives compute-bound ops their conventional FLOP
+count, which the benchmark reports as GFLOP/s next to GB/s.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-__all__ = ["torch_refs", "paddle_refs", "input_makers"]
+__all__ = ["torch_refs", "paddle_refs", "input_makers", "flop_counts"]
 
 
 def _collect(attr: str) -> dict:
@@ -34,3 +36,7 @@ def paddle_refs() -> dict:
 
 def input_makers() -> dict:
     return _collect("INPUTS")
+
+
+def flop_counts() -> dict:
+    return _collect("FLOPS")

@@ -140,3 +140,20 @@ INPUTS = {
     "addmm_grad": _addmm_inputs,
     "max_pool2d_with_index_grad": _max_pool_inputs,
 }
+
+
+def _conv2d_flops(inputs, attrs):
+    """input and filter grads: 2 x the forward's 2·N·Cout·Ho·Wo·(Cin/groups)·Kh·Kw (stride 1)."""
+    n, c, h, w = inputs["out_grad"].shape
+    cout, cin_g, kh, kw = inputs["filter"].shape
+    return 2 * 2.0 * n * cout * h * w * cin_g * kh * kw
+
+
+def _bmm_flops(inputs, attrs):
+    """x and y grads: two batched matmuls of the forward's size (2·B·M·N·K each)."""
+    b, m, k = inputs["x"].shape
+    n = inputs["y"].shape[-1]
+    return 2 * 2.0 * b * m * n * k
+
+
+FLOPS = {"conv2d_grad": _conv2d_flops, "depthwise_conv2d_grad": _conv2d_flops, "bmm_grad": _bmm_flops}

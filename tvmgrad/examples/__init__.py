@@ -66,6 +66,31 @@ def _swiglu(rng):
     return {"x": x, "y": rng.standard_normal(SHAPE), "out_grad": rng.standard_normal(SHAPE)}, {}
 
 
+def np_dtype(name: str):
+    """The numpy dtype of a tvmgrad dtype name (bfloat16 from ml_dtypes)."""
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def cast(value, dtype: str):
+    """An example's float arrays (and lists of them) in ``dtype``; index and bool arrays as they are."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [cast(v, dtype) for v in value]
+    value = np.asarray(value)
+    if value.dtype.kind == "f" or value.dtype == np_dtype("bfloat16"):
+        return value.astype(np_dtype(dtype))
+    return value
+
+
+def float_dtypes(op: str) -> list[str]:
+    """The real float dtypes ``op`` supports (of an invoke op: its forward op's)."""
+    entry = registry.get(op)
+    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    return [d for d in ("float32", "float64", "float16", "bfloat16") if d in impl.dtypes]
+
+
 def _away_from_kinks(x):
     """Shift values off the common kinks 0 and ±1 (finite differences need smooth points)."""
     x = np.where(np.abs(x) < 0.15, np.sign(x + 1e-9) * (0.15 + np.abs(x)), x)

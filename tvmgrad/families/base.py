@@ -56,6 +56,9 @@ class Plan:
     make_static: Callable[..., Any] | None = field(default=None, repr=False)
     # a tuned schedule (meta_schedule trace as Python) replacing the rules; only with make_static
     trace: str | None = field(default=None, repr=False)
+    # every index of this call fits 32 bits: the kernel's index math is narrowed to int32 before
+    # scheduling (no 64-bit division, which CUDA runs as a call that spills); part of the key
+    narrow_index: bool = False
 
 
 class OpImpl:
@@ -104,6 +107,17 @@ class OpImpl:
                 raise TypeError(f"{call.op}: input {name!r} has dtype {meta.dtype.name} but "
                                 f"{first_name!r} has {first.dtype.name}; they must match")
         return first.dtype
+
+    @staticmethod
+    def check_index_dtypes(call, names, allowed) -> None:
+        """Index tensors (Tensor[] elements included) must hold one of the ``allowed`` integer
+        dtypes; TypeError naming the offending input otherwise."""
+        for name in names:
+            meta = call.meta(name)
+            for m in (meta if isinstance(meta, list) else [meta]):
+                if m is not None and m.dtype.name not in allowed:
+                    raise TypeError(f"{call.op}: input {name!r} has dtype {m.dtype.name}; it must be "
+                                    f"one of {', '.join(allowed)}")
 
     @staticmethod
     def prim_func(spec, params):

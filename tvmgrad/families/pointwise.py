@@ -53,15 +53,12 @@ class Pointwise(OpImpl):
         return [p.name for p in spec.attrs
                 if p.base_type in RUNTIME_ATTR_TYPES and p.name not in self.static]
 
-    def plan(self, call, outs) -> Plan:
+    def broadcast_layout(self, call, shapes, present, out_names, scalar_dtype):
+        """The kernel layout of a pointwise call (shared with the mixed-dtype planner): the inputs'
+        broadcast domain (only the broadcasting inputs may differ from it), coalesced into groups
+        of dims that broadcast alike. ``shapes``: name -> shape of every present input and
+        output. -> (groups, masks, runtime attr names, static attrs, kernel Args)."""
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        dt = self.check_dtype(call, present)
-        shapes = {n: call.meta(n).shape for n in present}
-        out_names = [o.name for o, m in zip(spec.outputs, outs) if m is not None]
-        shapes.update({o.name: m.shape for o, m in zip(spec.outputs, outs) if m is not None})
-        if self.views:
-            shapes.update(self.views(dict(shapes), call.attrs))
         try:
             domain = broadcast_shapes(*(shapes[n] for n in present), names=tuple(present))
         except MetaError as exc:
@@ -74,9 +71,24 @@ class Pointwise(OpImpl):
         operands = present + out_names
         groups, masks = _coalesce(domain, [shapes[n] for n in operands], operands, op)
         view = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in enumerate(operands)}
-
         runtime = self.runtime_attrs(spec)
         static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
+        args = ([Arg("input", n, shape=view[n]) for n in present if n not in spec.no_need_buffer]
+                + [Arg("scalar", n, dtype=scalar_dtype, value=float(call.attrs[n])) for n in runtime]
+                + [Arg("output", n, shape=view[n]) for n in out_names])
+        return groups, masks, runtime, static, args
+
+    def plan(self, call, outs) -> Plan:
+        spec, op = call.spec, call.op
+        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
+        dt = self.check_dtype(call, present)
+        shapes = {n: call.meta(n).shape for n in present}
+        out_names = [o.name for o, m in zip(spec.outputs, outs) if m is not None]
+        shapes.update({o.name: m.shape for o, m in zip(spec.outputs, outs) if m is not None})
+        if self.views:
+            shapes.update(self.views(dict(shapes), call.attrs))
+        groups, masks, runtime, static, args = self.broadcast_layout(call, shapes, present, out_names,
+                                                                     dt.compute)
         mask_key = tuple(tuple(m) for m in masks)
         # 32-bit index math when every extent fits (cheaper div/mod, notably on CUDA); int64 for
         # larger tensors and for symbolic sizes
@@ -86,9 +98,6 @@ class Pointwise(OpImpl):
         index = "int32" if total is not None and total < 2**31 - 1 else "int64"
         key = ("pointwise", op, dt.name, tuple(present), tuple(out_names), mask_key, static, index)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = ([Arg("input", n, shape=view[n]) for n in present if n not in spec.no_need_buffer]
-                + [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
-                + [Arg("output", n, shape=view[n]) for n in out_names])
         attrs = dict(call.attrs)
         return Plan(
             key=key, symbol=f"{op}_{dt.name}_{digest}",

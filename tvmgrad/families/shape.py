@@ -33,7 +33,7 @@ from typing import Callable
 from ..dtypes import DType
 from .base import Arg, OpError, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
-from .tensor import TensorOp
+from .tensor import TensorOp, builder_kwargs, call_builder, output_params
 
 __all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
            "reduce_to", "coalesce", "is_one"]
@@ -59,19 +59,6 @@ class ShapeOp(TensorOp):
     def _skip(self, spec) -> set:
         return set(spec.no_need_buffer) | set(self.shape_only)
 
-    def _check_dtypes(self, call, present) -> DType:
-        spec, op = call.spec, call.op
-        data = [n for n in present if n not in self.shape_only]
-        floats = self._float_names(spec, data)
-        dt = self.check_dtype(call, floats)
-        for n in data:
-            if n in floats:
-                continue
-            for m in _as_list(call.meta(n)):
-                if m.dtype.name not in self.index_dtypes:
-                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
-                                    f"{', '.join(self.index_dtypes)}")
-        return dt
 
     def float_runtime(self, spec) -> list[str]:
         return [p.name for p in spec.attrs
@@ -80,8 +67,7 @@ class ShapeOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        dt = self._check_dtypes(call, present)
+        present, dt, _ = self.checked_inputs(call, exclude=self.shape_only)
         if self.validate is not None:
             self.validate(call, outs)
         attrs = dict(call.attrs)
@@ -187,35 +173,14 @@ class ShapeOp(TensorOp):
             else:
                 ints[n] = te.var(n, "int64")
                 flat_ints.append(ints[n])
-        kwargs = {}
-        for p in spec.args:
-            if p.name in tensors:
-                kwargs[p.name] = tensors[p.name]
-            elif p.name in scalars:
-                kwargs[p.name] = scalars[p.name]
-            elif p.name in ints:
-                kwargs[p.name] = ints[p.name]
-            elif p.name in attrs:
-                kwargs[p.name] = attrs[p.name]
-            else:
-                kwargs[p.name] = None
-        result = self.fn(**kwargs)
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
-                               f"{spec.output_names}")
+        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
         skip = self._skip(spec)
         params = []
         for n in metas:
             if n not in skip:
                 params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += [scalars[n] for n in f_runtime] + flat_ints
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params += list(r) if isinstance(m, list) else [r]
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
 
 
@@ -230,8 +195,7 @@ class AliasOp(ShapeOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        dt = self._check_dtypes(call, present)
+        present, dt, _ = self.checked_inputs(call, exclude=self.shape_only)
         if self.validate is not None:
             self.validate(call, outs)
         src = call.meta(self.source)

@@ -25,7 +25,7 @@ from ..dtypes import FLOATS, DType
 from .base import Arg, OpImpl, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
 
-__all__ = ["tensor_op", "TensorOp"]
+__all__ = ["tensor_op", "TensorOp", "builder_kwargs", "call_builder", "output_params"]
 
 
 class TensorOp(OpImpl):
@@ -50,19 +50,19 @@ class TensorOp(OpImpl):
             return [n for n in present if n in self.float_inputs]
         return present
 
+    def checked_inputs(self, call, exclude=()):
+        """(present input names, compute dtype, metas): the float inputs share one supported dtype,
+        the others are index tensors of ``index_dtypes``; ``exclude`` names inputs judged elsewhere."""
+        present = [p.name for p in call.spec.tensor_args if call.tensors[p.name] is not None]
+        data = [n for n in present if n not in exclude]
+        floats = self._float_names(call.spec, data)
+        dt = self.check_dtype(call, floats)
+        self.check_index_dtypes(call, [n for n in data if n not in floats], self.index_dtypes)
+        return present, dt, {n: call.meta(n) for n in present}
+
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = self._float_names(spec, present)
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        for n in present:
-            if n in floats:
-                continue
-            for m in (metas[n] if isinstance(metas[n], list) else [metas[n]]):
-                if m.dtype.name not in self.index_dtypes:
-                    raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}; it must be one of "
-                                    f"{', '.join(self.index_dtypes)}")
+        present, dt, metas = self.checked_inputs(call)
         if self.validate is not None and call.has_data:
             self.validate(call, outs)
         layout = tuple((n, tuple((m.ndim, m.dtype.name) for m in metas[n]) if isinstance(metas[n], list)
@@ -109,33 +109,48 @@ class TensorOp(OpImpl):
         for n, m in metas.items():
             tensors[n] = [holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list) else holder(n, m)
         scalars = {n: te.var(n, dt.compute) for n in runtime}
-        kwargs = {}
-        for p in spec.args:
-            if p.name in tensors:
-                kwargs[p.name] = tensors[p.name]
-            elif p.name in scalars:
-                kwargs[p.name] = scalars[p.name]
-            elif p.name in attrs:
-                kwargs[p.name] = attrs[p.name]
-            else:
-                kwargs[p.name] = None
-        result = self.fn(**kwargs)
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
-                               f"{spec.output_names}")
+        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
         params = []
         for n in metas:
             if n not in spec.no_need_buffer:
                 params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
         params += [scalars[n] for n in runtime]
-        for o, m, r in zip(spec.outputs, outs, result):
-            if m is None:
-                continue
-            if r is None:
-                raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-            params += list(r) if isinstance(m, list) else [r]
+        params += output_params(spec, outs, result)
         return self.prim_func(spec, params)
+
+
+def builder_kwargs(spec, *sources) -> dict:
+    """A builder's keyword arguments, one per YAML arg: its value from the first of ``sources``
+    (dicts: placeholders, scalar vars, attribute values, ...) that has it, else None."""
+    kwargs = {}
+    for p in spec.args:
+        kwargs[p.name] = next((src[p.name] for src in sources if p.name in src), None)
+    return kwargs
+
+
+def output_params(spec, outs, result) -> list:
+    """The builder's output tensors as kernel parameters, in YAML order: outputs this call does not
+    produce (meta None) are skipped, a Tensor[] output gives each element."""
+    params = []
+    for o, m, r in zip(spec.outputs, outs, result):
+        if m is None:
+            continue
+        if r is None:
+            raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+        params += list(r) if isinstance(m, list) else [r]
+    return params
+
+
+def call_builder(fn, spec, kwargs, *, multi=None) -> list:
+    """Run a builder and return one result per YAML output. A single-output op's builder returns
+    the tensor itself; ``multi`` overrides that (an op whose builder always returns a tuple)."""
+    result = fn(**kwargs)
+    many = len(spec.outputs) > 1 if multi is None else multi
+    result = list(result) if many and isinstance(result, (tuple, list)) else [result]
+    if len(result) != len(spec.outputs):
+        raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                           f"{spec.output_names}")
+    return result
 
 
 def tensor_op(fn=None, **options):

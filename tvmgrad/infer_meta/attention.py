@@ -6,13 +6,8 @@ rnn.py, detection.py, distributed.py) check what needs the attributes or several
 
 from __future__ import annotations
 
-from . import MetaError, TensorMeta, register
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
+from . import MetaError, register
+from ._common import need as _need
 
 
 # ------------------------------------------------------------------------------------------
@@ -92,15 +87,29 @@ def YoloLossGradInferMeta(x, gt_box, gt_label, gt_score, objectness_mask, gt_mat
 # ------------------------------------------------------------------------------------------
 # distributed / parameter server
 
+def _slot_grads(ids, out_grad):
+    """The per-slot grads of a sparse push: one ``out_grad`` tensor per ``ids`` slot, each keeping
+    its meta."""
+    if not out_grad:
+        raise MetaError("out_grad must hold at least one tensor")
+    if ids is None or len(ids) != len(out_grad):
+        raise MetaError(f"ids and out_grad must have as many tensors (slots), got "
+                        f"{0 if ids is None else len(ids)} and {len(out_grad)}")
+    return [_need(m, f"out_grad[{i}]") for i, m in enumerate(out_grad)]
+
+
+def _token_rows(x):
+    """x of a global scatter/gather: 2-D [tokens, features], unchanged with world size 1."""
+    x = _need(x, "x")
+    if x.ndim != 2:
+        raise MetaError(f"x must be 2-D [tokens, features], got {list(x.shape)}")
+    return x
+
+
 @register
 def PushGpupsSparseInferMeta(ids, out, size, is_sparse, is_distributed):
     """out_grad_grad[i] has out_grad[i]'s meta (the per-key merged gradient of each slot row)."""
-    if not out:
-        raise MetaError("out_grad must hold at least one tensor")
-    if ids is None or len(ids) != len(out):
-        raise MetaError(f"ids and out_grad must have as many tensors (slots), got "
-                        f"{0 if ids is None else len(ids)} and {len(out)}")
-    return ([_need(m, f"out_grad[{i}]") for i, m in enumerate(out)],)
+    return (_slot_grads(ids, out),)
 
 
 @register
@@ -108,27 +117,16 @@ def PushSparseV2InferMeta(ids, w, out_grad, embedding_dim, table_id, accessor_cl
                           ctrlabel_name, padding_id, scale_sparse_grad, input_names,
                           is_distributed):
     """out_grad_out[i] has out_grad[i]'s meta (the per-key merged gradient of each slot row)."""
-    if not out_grad:
-        raise MetaError("out_grad must hold at least one tensor")
-    if ids is None or len(ids) != len(out_grad):
-        raise MetaError(f"ids and out_grad must have as many tensors (slots), got "
-                        f"{0 if ids is None else len(ids)} and {len(out_grad)}")
-    return ([_need(m, f"out_grad[{i}]") for i, m in enumerate(out_grad)],)
+    return (_slot_grads(ids, out_grad),)
 
 
 @register
 def GlobalScatterInferMeta(x, local_count, global_count):
     """out = x with world size 1 (every row is sent to and received from this rank)."""
-    x = _need(x, "x")
-    if x.ndim != 2:
-        raise MetaError(f"x must be 2-D [tokens, features], got {list(x.shape)}")
-    return (x,)
+    return (_token_rows(x),)
 
 
 @register
 def GlobalGatherInferMeta(x, local_count, global_count):
     """out = x with world size 1 (every row is sent to and received from this rank)."""
-    x = _need(x, "x")
-    if x.ndim != 2:
-        raise MetaError(f"x must be 2-D [tokens, features], got {list(x.shape)}")
-    return (x,)
+    return (_token_rows(x),)

@@ -7,12 +7,7 @@ the shapes against each other, where the attributes are known too.
 from __future__ import annotations
 
 from . import MetaError, TensorMeta, register
-
-
-def _need(meta: TensorMeta | None, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
+from ._common import need as _need
 
 
 @register

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from . import MetaError, TensorMeta, register
-
-
-def _need(meta: TensorMeta | None, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
+from . import register
+from ._common import need as _need
 
 
 @register

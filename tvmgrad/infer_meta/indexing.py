@@ -8,14 +8,9 @@ the data.
 from __future__ import annotations
 
 from . import MetaError, TensorMeta, register
+from ._common import need as _need
 
 INDEX_DTYPES = ("int32", "int64")
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
 
 
 def _index(meta, what: str, dtypes=INDEX_DTYPES) -> TensorMeta:
@@ -30,20 +25,25 @@ def _like(meta: TensorMeta, dtype_of: TensorMeta) -> TensorMeta:
     return TensorMeta(meta.shape, dtype_of.dtype)
 
 
-@register
-def GatherNdGradInferMeta(x, index, out_grad):
-    """x_grad: x's shape, out_grad's dtype; out_grad = index.shape[:-1] + x.shape[index.shape[-1]:]."""
-    x, g = _need(x, "x"), _need(out_grad, "out_grad")
-    index = _index(index, "index")
+def _check_nd(index, x, x_name, rows, rows_name):
+    """The gather_nd/scatter_nd shape rule: the last dim of ``index`` (k) addresses the first k
+    dims of ``x``, and ``rows`` (the gathered/scattered slices) is index.shape[:-1] + x.shape[k:]."""
     if index.ndim == 0:
         raise MetaError(f"index must have at least one dim, got shape {list(index.shape)}")
     k = index.shape[-1]
     if k > x.ndim:
-        raise MetaError(f"index's last dim ({k}) exceeds x's rank ({x.ndim})")
+        raise MetaError(f"index's last dim ({k}) exceeds {x_name}'s rank ({x.ndim})")
     want = index.shape[:-1] + x.shape[k:]
-    if g.shape != want:
-        raise MetaError(f"out_grad has shape {list(g.shape)}, expected {list(want)} "
+    if rows.shape != want:
+        raise MetaError(f"{rows_name} has shape {list(rows.shape)}, expected {list(want)} "
                         f"(index.shape[:-1] + x.shape[{k}:])")
+
+
+@register
+def GatherNdGradInferMeta(x, index, out_grad):
+    """x_grad: x's shape, out_grad's dtype; out_grad = index.shape[:-1] + x.shape[index.shape[-1]:]."""
+    x, g = _need(x, "x"), _need(out_grad, "out_grad")
+    _check_nd(_index(index, "index"), x, "x", g, "out_grad")
     return (_like(x, g),)
 
 
@@ -115,14 +115,5 @@ def ScatterGradInferMeta(index, updates, out_grad, overwrite):
 def ScatterNdAddGradInferMeta(index, updates, out_grad):
     """x_grad: out_grad's meta; updates_grad: updates' shape, out_grad's dtype."""
     g, u = _need(out_grad, "out_grad"), _need(updates, "updates")
-    index = _index(index, "index")
-    if index.ndim == 0:
-        raise MetaError(f"index must have at least one dim, got shape {list(index.shape)}")
-    k = index.shape[-1]
-    if k > g.ndim:
-        raise MetaError(f"index's last dim ({k}) exceeds out_grad's rank ({g.ndim})")
-    want = index.shape[:-1] + g.shape[k:]
-    if u.shape != want:
-        raise MetaError(f"updates has shape {list(u.shape)}, expected {list(want)} "
-                        f"(index.shape[:-1] + x.shape[{k}:])")
+    _check_nd(_index(index, "index"), g, "out_grad", u, "updates")
     return g, _like(u, g)

@@ -7,16 +7,11 @@ is complex even for a real forward input, fft_c2r_grad is complex, fft_r2c_grad 
 from __future__ import annotations
 
 from . import MetaError, TensorMeta, broadcast_shapes, register
+from ._common import need as _need
 
 _TO_COMPLEX = {"float32": "complex64", "float64": "complex128",
                "float16": "complex64", "bfloat16": "complex64"}   # (no complex32: half -> complex64)
 _TO_REAL = {"complex64": "float32", "complex128": "float64"}
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
 
 
 def to_complex(name: str, what: str) -> str:

@@ -15,14 +15,9 @@ from __future__ import annotations
 
 from ..dtypes import HALF
 from . import MetaError, TensorMeta, register
+from ._common import need as _need
 
 __all__ = ["param_dtype_ok", "check_param"]
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
 
 
 def param_dtype_ok(param: TensorMeta, x: TensorMeta) -> bool:

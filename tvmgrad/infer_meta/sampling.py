@@ -5,12 +5,7 @@ Unchanged/GeneralUnaryGrad/GeneralBinaryGrad metas; their value checks live in t
 from __future__ import annotations
 
 from . import MetaError, TensorMeta, register
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
+from ._common import need as _need
 
 
 @register

@@ -10,12 +10,7 @@ from __future__ import annotations
 import math
 
 from . import MetaError, TensorMeta, register
-
-
-def _need(meta, what: str) -> TensorMeta:
-    if meta is None:
-        raise MetaError(f"{what} is required")
-    return meta
+from ._common import need as _need
 
 
 def _need_list(metas, what: str) -> list[TensorMeta]:

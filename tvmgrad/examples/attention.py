@@ -5,7 +5,7 @@ no cuDNN LSTM and does not return yolo_loss's masks)."""
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 # ------------------------------------------------------------------------------------------
 # references
@@ -349,7 +349,7 @@ def _cudnn_lstm(rng):
     w = lstm_weights(rng, I, Hs, L, True)
     return {"x": _g(rng, T, B, I), "init_h": _g(rng, 2 * L, B, Hs), "init_c": _g(rng, 2 * L, B, Hs),
             "weight_list": w, "sequence_length": np.array([5, 3, 4], np.int32),
-            "out": np.zeros((T, B, 2 * Hs)), "reserve": np.zeros(1),
-            "state_out": np.zeros(1), "out_grad": _g(rng, T, B, 2 * Hs),
+            "out": np.zeros((T, B, 2 * Hs)), "reserve": np.zeros(1, np.uint8),
+            "state_out": np.zeros(1, np.uint8), "out_grad": _g(rng, T, B, 2 * Hs),
             "last_h_grad": _g(rng, 2 * L, B, Hs), "last_c_grad": _g(rng, 2 * L, B, Hs)}, \
         {"is_bidirec": True, "hidden_size": Hs, "num_layers": L}

@@ -3,7 +3,7 @@ sort.py) for the generic tests: valid float64 inputs, int64 indices with repeats
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 
 def _g(rng, *shape):

@@ -8,7 +8,7 @@ decompositions of well-conditioned matrices.
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 
 def _c(rng, *shape):

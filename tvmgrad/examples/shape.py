@@ -3,7 +3,7 @@ tests (CUDA builds, VJP chains, in-place pairs). Float64 inputs, valid for each 
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 
 def _n(rng, *shape):

@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 
 def _n(rng, *shape):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from samples import factory
+from . import factory
 
 
 def _softmax(x, axis=-1):

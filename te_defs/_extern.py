@@ -1,0 +1,152 @@
+"""Kernel bodies for sequential algorithms: ``te.extern`` over annotated blocks.
+
+Shared by the indexing/scan/sort grads (schedules ``idx_serial``/``scan_blocked``) and the
+interpolation/sampling/ROI grads (schedule ``interp_gather``): both write bodies of spatial
+blocks whose ``tvmgrad.loops`` annotation (one letter per loop) tells their schedule which loops
+run in parallel, which stay serial in one thread and which are vector lanes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tvmgrad.lazy import te, tirx
+
+CW = 64   # columns per chunk of a vector ("v") loop: CUDA threads per block, CPU vector strip
+
+
+def i64(v):
+    """``v`` (a Python int, a TIR expression or a te.Tensor element) as int64 (lanes kept)."""
+    if isinstance(v, int):
+        return tirx.IntImm("int64", v)
+    if hasattr(v, "asobject"):          # a te.Tensor element (TensorSlice)
+        v = v.asobject()
+    ty = str(v.ty)
+    lanes = ty.partition("x")[2]
+    if ty.partition("x")[0] == "int64":
+        return v
+    return tirx.Cast(f"int64x{lanes}", v) if lanes else v.astype("int64")
+
+
+def ceildiv(a, b):
+    return tirx.truncdiv(i64(a) + i64(b) - 1, i64(b))
+
+
+def region(buf):
+    """The whole of ``buf`` as a BufferRegion (a block's declared read/write set)."""
+    from tvm import ir
+    return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
+
+
+def proxy(buf):
+    """``buf`` indexable with ``[...]`` inside a block body (loads and stores)."""
+    from tvm.script.ir_builder import tirx as T
+    return T.buffer_proxy(buf)
+
+
+class Body:
+    """The statements of a ``te.extern`` body, made of annotated blocks.
+
+    ``block(name, body, par=, ser=, vec=, inner=)`` emits loops ``par... [vec chunks] ser...
+    [vec lanes]`` around one block whose iter vars are all spatial, and annotates it with one
+    letter per loop: ``p`` parallel (CPU: fused and parallel; CUDA: fused onto blocks/threads),
+    ``s`` serial in one thread, ``v`` vector lanes (CUDA threads / a CPU vector), ``i`` (with
+    ``inner=True``: the last par loop) one more thread dimension on CUDA, a plain contiguous inner
+    loop on the CPU. ``body(P, S, C)`` (``body(P, S)`` when the Body was made with
+    ``lanes=False``) gets the iter vars (C: the vector position, or None) and emits the block's
+    statements with the TVMScript IR builder.
+    ``strip="main"|"tail"`` (a CPU form of a vector block): the strip is a loop inside the block
+    instead, over the whole strips (vectorised, no predicate; values that do not depend on C stay
+    scalars) or over the last partial one. ``when``: a condition guarding the whole block.
+    Reads and writes are declared as whole buffers (a scatter's write set is data-dependent).
+    """
+
+    def __init__(self, lanes: bool = True):
+        self.stmts = []
+        self.lanes = lanes
+
+    def block(self, name, body, *, par=(), ser=(), vec=None, reads=(), writes=(), when=None,
+              strip=None, inner=False):
+        from tvm.script.ir_builder import IRBuilder
+        from tvm.script.ir_builder import tirx as T
+        with IRBuilder() as ib:
+            with contextlib.ExitStack() as stack:
+                if when is not None:
+                    stack.enter_context(T.If(when))
+                    stack.enter_context(T.Then())
+                kinds = "p" * len(par)
+                if inner and par:
+                    kinds = "p" * (len(par) - 1) + "i"
+                pv = [stack.enter_context(T.serial(0, i64(e))) for e in par]
+                n_chunks = None if vec is None else (
+                    ceildiv(vec, CW) if not strip else
+                    tirx.truncdiv(i64(vec), i64(CW)) if strip == "main" else i64(1))
+                if vec is not None:
+                    cb = stack.enter_context(T.serial(0, n_chunks))
+                    kinds += "p"
+                sv = [stack.enter_context(T.serial(0, i64(e))) for e in ser]
+                kinds += "s" * len(ser)
+                if vec is not None and not strip:
+                    cc = stack.enter_context(T.serial(0, i64(CW)))
+                    kinds += "v"
+                stack.enter_context(T.sblock(name))
+                P = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(par, pv)]
+                S = [T.axis.spatial(i64(e), v, dtype="int64") for e, v in zip(ser, sv)]
+                C = None
+                if vec is not None and not strip:
+                    pos = cb * i64(CW) + cc
+                    C = T.axis.spatial(i64(vec), pos, dtype="int64")
+                    T.where(pos < i64(vec))
+                if vec is not None and strip:
+                    chunk = T.axis.spatial(n_chunks, cb, dtype="int64")
+                T.reads(*[region(b) for b in reads])
+                T.writes(*[region(b) for b in writes])
+                T.sblock_attr({"tvmgrad.loops": kinds})
+                if strip == "main":
+                    C = tirx.Ramp(chunk * i64(CW), i64(1), CW)
+                elif strip == "tail":
+                    start = tirx.truncdiv(i64(vec), i64(CW)) * i64(CW)
+                    lane = stack.enter_context(T.serial(0, i64(vec) - start))
+                    C = start + lane
+                if self.lanes:
+                    body(P, S, C)
+                else:
+                    body(P, S)
+        self.stmts.append(ib.get())
+
+    def stmt(self):
+        if not self.stmts:
+            return tirx.Evaluate(0)
+        return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
+
+
+def extern(name, outputs, inputs, gen, *, lanes: bool = True):
+    """``te.extern`` over ``inputs`` (te.Tensors) producing ``outputs`` [(shape, dtype)], whose body
+    ``gen(ins, outs, body: Body)`` fills with blocks (``lanes``: see ``Body``); -> list of
+    te.Tensors."""
+    in_bufs = [tirx.decl_buffer(t.shape, t.dtype, f"{t.op.name}_b") for t in inputs]
+    out_bufs = [tirx.decl_buffer(s, d, f"{name}{i}") for i, (s, d) in enumerate(outputs)]
+
+    def fcompute(ins, outs):
+        body = Body(lanes)
+        gen(ins, outs, body)
+        return body.stmt()
+
+    res = te.extern([s for s, _ in outputs], list(inputs), fcompute, name=name,
+                    in_buffers=in_bufs, out_buffers=out_bufs)
+    return list(res) if isinstance(res, (list, tuple)) else [res]
+
+
+def units(name: str, extents):
+    """``with units(name, extents) as vs:`` one spatial sblock per point of ``extents`` (a grid of
+    serial loops, inside an IRBuilder body); yields the block's axis vars."""
+    from tvm.script.ir_builder import tirx as T
+
+    @contextlib.contextmanager
+    def ctx():
+        with T.grid(*extents) as lv:
+            lv = [lv] if isinstance(lv, tirx.Var) else list(lv)
+            with T.sblock(name):
+                vs = [T.axis.spatial(e, v, dtype="int64") for e, v in zip(extents, lv)]
+                yield vs
+    return ctx()
