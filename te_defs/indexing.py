@@ -221,11 +221,7 @@ def on_cuda():
 TARGET_FLAG = "tvmgrad_on_cuda"
 
 
-def index_op(fn=None, **options):
-    """Decorator: an ``IndexOp`` builder (see the class)."""
-    if fn is None:
-        return lambda f: IndexOp(f, **options)
-    return IndexOp(fn, **options)
+index_op = IndexOp.decorator  # @index_op: an ``IndexOp`` builder (see the class)
 
 
 # ------------------------------------------------------------------------------------------

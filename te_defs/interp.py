@@ -235,11 +235,7 @@ class SampleOp(OpImpl):
         return self.prim_func(spec, params)
 
 
-def sample_op(fn=None, **options):
-    """Decorator: a ``SampleOp`` builder (see the class)."""
-    if fn is None:
-        return lambda f: SampleOp(f, **options)
-    return SampleOp(fn, **options)
+sample_op = SampleOp.decorator  # @sample_op: a ``SampleOp`` builder (see the class)
 
 
 # ------------------------------------------------------------------------------------------

@@ -197,11 +197,7 @@ class LinalgOp(TensorOp):
         return self.prim_func(spec, params)
 
 
-def linalg_op(fn=None, **options):
-    """Decorator: register a linalg-family builder (module docstring)."""
-    if fn is None:
-        return lambda f: LinalgOp(f, **options)
-    return LinalgOp(fn, **options)
+linalg_op = LinalgOp.decorator  # @linalg_op: a linalg-family builder (module docstring)
 
 
 # ------------------------------------------------------------------------------------------

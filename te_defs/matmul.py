@@ -218,11 +218,7 @@ class PrimFuncResult:
         self.func = func
 
 
-def dense_op(fn=None, **options):
-    """Decorator: a ``DenseOp`` (see the module docstring)."""
-    if fn is None:
-        return lambda f: DenseOp(f, **options)
-    return DenseOp(fn, **options)
+dense_op = DenseOp.decorator  # @dense_op: a ``DenseOp`` (see the module docstring)
 
 
 # ------------------------------------------------------------------------------------------

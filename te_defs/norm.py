@@ -119,11 +119,7 @@ class ViewOp(TensorOp):
         return self.prim_func(spec, params)
 
 
-def view_op(fn=None, **options):
-    """Decorator: a ``ViewOp`` (see its docstring)."""
-    if fn is None:
-        return lambda f: ViewOp(f, **options)
-    return ViewOp(fn, **options)
+view_op = ViewOp.decorator  # @view_op: a ``ViewOp`` (see its docstring)
 
 
 # ------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from . import registry
-from .runtime import prepare
+from .runtime import aligned_empty, prepare
 
 __all__ = ["main", "bench_op", "make_inputs"]
 
@@ -78,13 +78,24 @@ def _copy_roofline(nbytes: int, repeat: int) -> float:
 
 # -- Paddle / PyTorch -----------------------------------------------------------------------
 
+def _convert(value, make):
+    """An input for another framework: ``make(array)`` per array (half types go through float32,
+    which numpy-to-framework conversion needs), lists element by element."""
+    if isinstance(value, list):
+        return [_convert(v, make) for v in value]
+    if value is None:
+        return None
+    wide = value.astype(np.float32) if value.dtype.kind == "V" or str(value.dtype) == "bfloat16" else value
+    return make(np.ascontiguousarray(wide), str(value.dtype))
+
+
 def _paddle_fn(op, inputs, attrs):
     import paddle
 
     from .benchrefs import paddle_refs
     paddle.set_device("cpu")
     spec = registry.get(op).spec
-    tensors = {k: paddle.to_tensor(v.astype(np.float32)).astype(str(v.dtype)) for k, v in inputs.items()}
+    tensors = {k: _convert(v, lambda a, dt: paddle.to_tensor(a).astype(dt)) for k, v in inputs.items()}
     full = {**spec.defaults, **attrs}
     custom = paddle_refs().get(op)
     if custom is not None:
@@ -105,20 +116,39 @@ def _torch_fn(op, inputs, attrs):
     make = torch_refs().get(op)
     if make is None:
         return None
-    tensors = {k: torch.from_numpy(v.astype(np.float32)).to(getattr(torch, str(v.dtype)))
+    tensors = {k: _convert(v, lambda a, dt: torch.from_numpy(a).to(getattr(torch, dt)))
                for k, v in inputs.items()}
     return make(tensors, {**registry.get(op).spec.defaults, **attrs})
 
 
 # -- the run ----------------------------------------------------------------------------------
 
+def _aligned(value):
+    """``value`` in 64-byte aligned memory: the kernels assume it, and the runtime copies arrays
+    that are not (large numpy allocations start 16 bytes past a page), which is not the kernel's
+    time."""
+    if isinstance(value, list):
+        return [_aligned(v) for v in value]
+    if not isinstance(value, np.ndarray):
+        return value
+    out = aligned_empty(value.shape, value.dtype)
+    np.copyto(out, value)
+    return out
+
+
+def _nbytes(value) -> int:
+    return sum(_nbytes(v) for v in value) if isinstance(value, list) else getattr(value, "nbytes", 0)
+
+
 def bench_op(op: str, n: int, dtype: str, broadcast: bool, repeat: int, roofline: float) -> dict:
     inputs, attrs = make_inputs(op, n, dtype, broadcast)
+    inputs = {k: _aligned(v) for k, v in inputs.items()}
     launch = prepare(op, inputs, attrs)
-    outs = {o.name: np.empty(m.shape, m.dtype.numpy)
+    outs = {o.name: [aligned_empty(x.shape, x.dtype.numpy) for x in m] if isinstance(m, list)
+            else aligned_empty(m.shape, m.dtype.numpy)
             for o, m in zip(launch.op.spec.outputs, launch.outputs) if m is not None}
     ours = _best(lambda: launch(out=outs), repeat)
-    nbytes = sum(v.nbytes for v in inputs.values()) + sum(v.nbytes for v in outs.values())
+    nbytes = sum(_nbytes(v) for v in inputs.values()) + sum(_nbytes(v) for v in outs.values())
     row = {"op": op + (" (broadcast)" if broadcast else ""), "ms": ours * 1e3,
            "gbs": nbytes / ours / 1e9}
     row["roofline"] = row["gbs"] / roofline

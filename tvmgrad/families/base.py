@@ -79,6 +79,13 @@ class OpImpl:
         self.module = fn.__module__
         self.params = tuple(inspect.signature(fn).parameters)
 
+    @classmethod
+    def decorator(cls, fn=None, **options):
+        """``@name`` or ``@name(**options)`` over a builder: this family's op object for it."""
+        if fn is None:
+            return lambda f: cls(f, **options)
+        return cls(fn, **options)
+
     @property
     def family(self) -> str:
         return self.module.rsplit(".", 1)[-1]

@@ -296,16 +296,8 @@ def coalesce(small, big):
     return tuple(groups_s), tuple(groups_b), tuple(keep)
 
 
-def shape_op(fn=None, **options):
-    """Decorator: a whole-tensor TE builder with canonical attributes (see module docstring)."""
-    if fn is None:
-        return lambda f: ShapeOp(f, **options)
-    return ShapeOp(fn, **options)
+shape_op = ShapeOp.decorator  # @shape_op: a TE builder with canonical attributes (module docstring)
 
 
-def alias_op(fn=None, **options):
-    """Decorator: outputs that are a reshape of ``source`` (see module docstring)."""
-    if fn is None:
-        return lambda f: AliasOp(f, **options)
-    return AliasOp(fn, **options)
+alias_op = AliasOp.decorator  # @alias_op: outputs that are a reshape of ``source`` (module docstring)
 

@@ -153,9 +153,5 @@ def call_builder(fn, spec, kwargs, *, multi=None) -> list:
     return result
 
 
-def tensor_op(fn=None, **options):
-    """Decorator: register a whole-tensor TE builder (see module docstring)."""
-    if fn is None:
-        return lambda f: TensorOp(f, **options)
-    return TensorOp(fn, **options)
+tensor_op = TensorOp.decorator  # @tensor_op: a whole-tensor TE builder (module docstring)
 
