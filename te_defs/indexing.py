@@ -243,14 +243,18 @@ def norm_axis(op: str, axis: int, rank: int, what: str = "axis") -> int:
 
 
 def host(call, name):
-    """The numpy array of input ``name`` (for validation on the host)."""
+    """The numpy array of input ``name`` (for validation on the host); None when the call carries
+    shapes only (a graph being planned, e.g. in Relax: the values are checked nowhere then)."""
     import numpy as np
-    return np.asarray(call.tensors[name])
+    return np.asarray(call.tensors[name]) if call.has_data else None
 
 
 def check_range(op: str, name: str, values, low: int, high: int, what: str = "") -> None:
-    """Every value in [low, high); ValueError naming the op, the input and the first bad value."""
+    """Every value in [low, high); ValueError naming the op, the input and the first bad value.
+    ``values`` None (no data): nothing to check."""
     import numpy as np
+    if values is None:
+        return
     values = np.asarray(values)
     if values.size == 0:
         return
@@ -935,9 +939,10 @@ def _nd_check(op, call, target, index_name="index"):
     k = idx.shape[-1]
     if k > len(target):
         raise OpError(f"{op}: {index_name}'s last dim ({k}) exceeds the rank {len(target)}")
-    values = host(call, index_name).reshape(-1, k) if k else None
+    values = host(call, index_name)
+    values = values.reshape(-1, k) if values is not None and k else None
     for j in range(k):
-        check_range(op, index_name, values[:, j], -target[j], target[j],
+        check_range(op, index_name, None if values is None else values[:, j], -target[j], target[j],
                     f"in column {j} (dim {j} of size {target[j]}) ")
     return k, math.prod(idx.shape[:-1]), math.prod(target[k:]), tuple(target[:k])
 

@@ -86,6 +86,15 @@ def test_cumsum_gradient_uses_tvmgrad(axis, exclusive):
     np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-5)
 
 
+def test_broadcast_to_gradient_uses_expand_grad():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 1)).astype("float32")
+    w = rng.standard_normal((2, 3, 5)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, b: relax.op.multiply(relax.op.broadcast_to(a, (2, 3, 5)), b), [x, w])
+    assert "expand_grad" in used
+    np.testing.assert_allclose(gx, w.sum(axis=(0, 2))[:, None], rtol=1e-5, atol=1e-6)
+
+
 def test_where_gradient_broadcasts_back():
     rng = np.random.default_rng(3)
     cond = rng.random((4, 1, 5)) > 0.5

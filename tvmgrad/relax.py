@@ -279,7 +279,18 @@ def _where_grad(ctx, call, out, grad, target):
     return [relax.op.zeros_like(cond)] + back
 
 
+def _broadcast_to_grad(ctx, call, out, grad, target):
+    """relax.broadcast_to (leading dims may be added) -> expand_grad (sums back to x's shape);
+    the target shape is not differentiable. expand_grad reads only x's and out_grad's shapes, so
+    its ``shape`` attribute is given as a placeholder when the target shape is symbolic."""
+    from tvm.relax.op.grad import no_grad
+    shape = [int(d.value) if hasattr(d, "value") else -1 for d in out.ty.shape.values]
+    dx = emit(ctx, "expand_grad", {"x": call.args[0], "out_grad": grad}, {"shape": shape}, target=target)
+    return [dx, no_grad(call.args[1])]
+
+
 GRADIENTS["relax.cumsum"] = RelaxGrad("cumsum_grad", None, ("x_grad",), custom=_cumsum_grad)
+GRADIENTS["relax.broadcast_to"] = RelaxGrad("expand_grad", None, ("x_grad", None), custom=_broadcast_to_grad)
 GRADIENTS["relax.where"] = RelaxGrad("where_grad", None, (None, "x_grad", "y_grad"), custom=_where_grad)
 GRADIENTS["relax.nn.nll_loss"] = RelaxGrad("nll_loss_grad", None, ("input_grad", None, None),
                                            custom=_nll_loss_grad)
