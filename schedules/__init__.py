@@ -11,7 +11,11 @@ from __future__ import annotations
 import importlib
 import pathlib
 
-__all__ = ["apply", "source_files", "pattern_module"]
+__all__ = ["apply", "source_files", "pattern_module", "TARGET_FLAG"]
+
+# The scalar parameter by which a kernel with a CPU and a CUDA form picks one (1 on CUDA); the
+# target's rules fix it before scheduling.
+TARGET_FLAG = "tvmgrad_on_cuda"
 
 _HERE = pathlib.Path(__file__).parent
 _KINDS = {"llvm": "cpu", "cuda": "cuda"}   # TVM target kind -> rule directory

@@ -120,6 +120,48 @@ class Body:
         return self.stmts[0] if len(self.stmts) == 1 else tirx.SeqStmt(self.stmts)
 
 
+def atomic_add(buf_load, value):
+    """``atomicAdd(&buf[...], value)`` (CUDA; the CPU schedule turns it into a plain add)."""
+    return tirx.call_intrin(str(value.ty), "tirx.cuda.atomic_add", tirx.address_of(buf_load), value)
+
+
+def zero_fill(body: Body, buf, name="init"):
+    """A block writing 0 to every element of ``buf``."""
+    shape = list(buf.shape)
+    b = proxy(buf)
+    zero = tirx.const(0, buf.dtype)
+    if not shape:
+        shape = [1]
+
+        def fill(P, S, C):
+            b[()] = zero
+    else:
+        def fill(P, S, C):
+            b[tuple(P)] = zero
+    body.block(name, fill, par=shape, writes=[buf])
+
+
+def scatter_body(ins, outs, body: Body, *, assign=False):
+    """The opening of a scatter's ``gen``: -> (input proxies, the output buffer, ``put``). The
+    output is zero-filled first (slots nothing lands on stay 0); ``put(d, v, use_atomic)`` adds v
+    at out[d]: atomically where one CUDA thread runs per element, else as a plain read-add-write
+    (a serial walk owns the slot), or overwrites it with ``assign`` (the last write wins)."""
+    from tvm.script.ir_builder import tirx as T
+    out = outs[0]
+    inputs = [proxy(b) for b in ins]
+    dest = proxy(out)
+    zero_fill(body, out)
+
+    def put(d, v, use_atomic):
+        if use_atomic:
+            T.evaluate(atomic_add(dest[d], v))
+        elif assign:
+            dest[d] = v
+        else:
+            dest[d] = dest[d] + v
+    return inputs, out, put
+
+
 def extern(name, outputs, inputs, gen, *, lanes: bool = True):
     """``te.extern`` over ``inputs`` (te.Tensors) producing ``outputs`` [(shape, dtype)], whose body
     ``gen(ins, outs, body: Body)`` fills with blocks (``lanes``: see ``Body``); -> list of

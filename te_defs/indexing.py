@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
+import numbers
 import threading
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
@@ -36,8 +37,10 @@ from tvmgrad.infer_meta import TensorMeta
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import indexing as _im_indexing  # noqa: F401
 from tvmgrad.lazy import te, tirx
+from tvmgrad.schedules import TARGET_FLAG
 
-from ._extern import CW, Body, ceildiv, extern, i64, proxy  # noqa: F401  (re-exported)
+from ._extern import (CW, Body, ceildiv, extern, i64, proxy,  # noqa: F401  (re-exported)
+                      scatter_body)
 
 __all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
            "scatter_rows", "blocked_scan", "on_cuda"]
@@ -118,8 +121,8 @@ class IndexOp(TensorOp):
             return viewed_one(name, meta, views[name])
 
         def viewed_one(name, meta, shape):
-            shape = tuple(int(d) for d in shape)
-            if math.prod(shape) != math.prod(meta.shape):
+            shape = tuple(d if _symbolic(d) else int(d) for d in shape)   # Relax shape vars stay
+            if not any(map(_symbolic, shape)) and math.prod(shape) != math.prod(meta.shape):
                 raise RuntimeError(f"{op}: view {shape} of {name} {meta.shape}")
             return TensorMeta(shape, meta.dtype)
 
@@ -209,6 +212,11 @@ class IndexOp(TensorOp):
         return self.prim_func(spec, params)
 
 
+def _symbolic(dim) -> bool:
+    """A dim that is a symbolic expression (a Relax shape variable), not a number."""
+    return not isinstance(dim, numbers.Integral) and not hasattr(dim, "value")
+
+
 def on_cuda():
     """An int64 expression that is 1 when the kernel is built for CUDA and 0 otherwise (a scalar
     parameter that the idx_serial/scan_blocked schedules specialise away before scheduling)."""
@@ -216,9 +224,6 @@ def on_cuda():
     if opts.get("target_flag") is None:
         opts["target_flag"] = te.var(TARGET_FLAG, "int64")
     return opts["target_flag"]
-
-
-TARGET_FLAG = "tvmgrad_on_cuda"
 
 
 index_op = IndexOp.decorator  # @index_op: an ``IndexOp`` builder (see the class)
@@ -284,27 +289,6 @@ def two_forms(body, name, fn, **kw):
 def T_():
     from tvm.script.ir_builder import tirx as T
     return T
-
-
-def atomic_add(buf_load, value):
-    """``atomicAdd(&buf[...], value)`` (CUDA; the CPU schedule turns it into a plain add)."""
-    return tirx.call_intrin(str(value.ty), "tirx.cuda.atomic_add", tirx.address_of(buf_load), value)
-
-
-def zero_fill(body: Body, buf, name="init"):
-    """A block writing 0 to every element of ``buf``."""
-    shape = list(buf.shape)
-    b = proxy(buf)
-    zero = tirx.const(0, buf.dtype)
-    if not shape:
-        shape = [1]
-
-        def fill(P, S, C):
-            b[()] = zero
-    else:
-        def fill(P, S, C):
-            b[tuple(P)] = zero
-    body.block(name, fill, par=shape, writes=[buf])
 
 
 def wrap(r, n):
@@ -380,10 +364,7 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
     value = value or (lambda L, c: tc(L[0][tuple(c)], dt))
 
     def gen(ins, outs, body):
-        out = outs[0]
-        L = [proxy(b) for b in ins]
-        op_ = proxy(out)
-        zero_fill(body, out)
+        L, out, put = scatter_body(ins, outs, body, assign=assign)
         T = T_()
 
         def store(c, use_atomic):
@@ -397,13 +378,7 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
                 return
             r = T.Bind(r)
             v = T.Bind(value(L, c))
-            d = tuple(c[:axis] + [r] + c[axis + 1:])
-            if use_atomic:
-                T.evaluate(atomic_add(op_[d], v))
-            elif assign:
-                op_[d] = v
-            else:
-                op_[d] = op_[d] + v
+            put(tuple(c[:axis] + [r] + c[axis + 1:]), v, use_atomic)
 
         if det:
             unit = not lead and not mid and vec is None
@@ -505,7 +480,6 @@ def index_add_grad(index, add_value, out_grad, axis):
     """out = x with add_value added at ``index`` along ``axis``:  x_grad = out_grad (no kernel),
     add_value_grad[.., i, ..] = out_grad[.., index[i], ..]; -M <= index < M (negative counts from
     the end, as Paddle)."""
-    dt = dtype_of(out_grad)
     m = out_grad.shape[1]
 
     def body(o, i, *c):
@@ -792,7 +766,6 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
         hits, eq, last = outs_
         L_idx, L_val, L_out = proxy(idx_b), proxy(val_b), proxy(out_b)
         H, E, J = proxy(hits), proxy(eq), proxy(last)
-        T = T_()
         shape = list(arr.shape)
 
         def init(P, S, C):
@@ -876,19 +849,12 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
     feats = list(feats)
 
     def gen(ins, outs, body):
-        out = outs[0]
-        L = [proxy(b) for b in ins]
-        op_ = proxy(out)
-        zero_fill(body, out)
+        L, out, put = scatter_body(ins, outs, body)
         T = T_()
 
         def store(b, f, use_atomic):
             d = tuple(T.Bind(i64(x)) for x in lead(L, b)) + tuple(f)
-            v = T.Bind(value(L, b, tuple(f)))
-            if use_atomic:
-                T.evaluate(atomic_add(op_[d], v))
-            else:
-                op_[d] = op_[d] + v
+            put(d, T.Bind(value(L, b, tuple(f))), use_atomic)
 
         if det:
             if feats:

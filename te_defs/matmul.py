@@ -27,14 +27,13 @@ accumulate in float32 and round once, as Paddle's GPU kernels do.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from dataclasses import dataclass, field
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families import OpError
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, output_params
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -197,16 +196,8 @@ class DenseOp(TensorOp):
             _IDX.pop()
         if isinstance(result, PrimFuncResult):    # a hand-written kernel (sequential scatter)
             return result.func
-        result = list(result) if isinstance(result, (tuple, list)) and len(spec.outputs) > 1 else [result]
-        if len(result) != len(spec.outputs):
-            raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs")
-        params = []
-        for n in metas:
-            if n not in spec.no_need_buffer:
-                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += [scalars[n] for n in runtime]
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
+        result = builder_outputs(spec, result)
+        return self.prim_func(spec, kernel_params(spec, tensors, scalars.values(), outs, result))
 
 
 class PrimFuncResult:

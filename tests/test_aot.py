@@ -11,7 +11,7 @@ import pytest
 
 import tvmgrad
 from tvmgrad import aot
-from tvmgrad.cuda import nvcc_path
+from tvmgrad.cuda import fatbin_contents, nvcc_path
 
 OPS = ["relu_grad", "atan2_grad", "gelu_grad", "prelu_grad", "sign_grad", "lerp_grad"]
 
@@ -27,16 +27,20 @@ def llvm_lib(tmp_path_factory):
 def test_manifest_lists_every_entry_point(llvm_lib):
     out, manifest = llvm_lib
     assert sorted(manifest["ops"]) == sorted(OPS)
-    assert [lib["dtype"] for lib in manifest["libraries"]] == ["float32", "bfloat16"]
-    for lib in manifest["libraries"]:
-        assert (out / lib["file"]).exists() and not lib["skipped"]
-        ops = {e["op"] for e in lib["entries"]}
-        assert ops == set(OPS)
+    assert list(dict.fromkeys(lib["dtype"] for lib in manifest["libraries"])) == ["float32", "bfloat16"]
+    for dtype in ("float32", "bfloat16"):
+        libs = [lib for lib in manifest["libraries"] if lib["dtype"] == dtype]
+        assert len(libs) == len({lib["file"] for lib in libs}) > 1       # shards per te_defs module
+        entries = [e for lib in libs for e in lib["entries"]]
+        for lib in libs:
+            assert (out / lib["file"]).exists() and not lib["skipped"]
+            assert {e["op"] for e in lib["entries"]} == set(lib["ops"])
+        assert {e["op"] for e in entries} == set(OPS)
         # every broadcast pattern of the broadcasting ops, both gelu variants
-        atan2 = [e for e in lib["entries"] if e["op"] == "atan2_grad"]
+        atan2 = [e for e in entries if e["op"] == "atan2_grad"]
         assert len(atan2) >= 8
-        assert {e["static_attrs"]["approximate"] for e in lib["entries"] if e["op"] == "gelu_grad"} == {False, True}
-        for e in lib["entries"]:
+        assert {e["static_attrs"]["approximate"] for e in entries if e["op"] == "gelu_grad"} == {False, True}
+        for e in entries:
             assert e["args"] and {a["kind"] for a in e["args"]} <= {"input", "output", "scalar"}
     assert manifest["tvm"] and manifest["target"] == "llvm"
 
@@ -131,18 +135,59 @@ def test_a_failed_build_leaves_the_previous_library(llvm_lib, tmp_path, monkeypa
     assert [p.name for p in tmp_path.iterdir()] == ["lib"]          # no temp dirs left behind
 
 
+def test_shards_group_ops_by_module_in_bounded_chunks():
+    ops = [op.name for op in tvmgrad.registry.ops().values() if op.available and not op.is_forward]
+    shards = aot.shards(ops, ("float32", "float16"))
+    assert sorted(op for s in shards if s.dtype == "float16" for op in s.ops) == sorted(ops)
+    assert all(0 < len(s.ops) <= aot.SHARD_OPS for s in shards)
+    for s in shards:
+        assert len({tvmgrad.registry.get(op).implementation.module for op in s.ops}) == 1
+    assert aot.shards(reversed(ops), ("float32",)) == [s for s in shards if s.dtype == "float32"]
+
+
+def test_editing_one_module_rebuilds_only_its_shards(tmp_path, monkeypatch):
+    monkeypatch.setenv("TVMGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    ops = ["relu_grad", "concat_grad", "cumsum_grad"]          # three te_defs modules
+    built = []
+    real = aot._build_shard
+    monkeypatch.setattr(aot, "_build_shard", lambda shard, *a: built.append(shard.name) or real(shard, *a))
+    aot.build(tmp_path / "a", dtypes=("float32",), ops=ops, jobs=1, progress=False)
+    assert len(built) == 3
+    built.clear()
+    again = aot.build(tmp_path / "b", dtypes=("float32",), ops=ops, jobs=1, progress=False)
+    assert built == []                                        # every shard from the cache
+
+    from tvmgrad import build as build_module
+    edited = tvmgrad.registry.get("concat_grad").impl.source_file
+    real_digest = build_module._file_digest
+    monkeypatch.setattr(build_module, "_file_digest",
+                        lambda path: "edited" if path == edited else real_digest(path))
+    manifest = aot.build(tmp_path / "c", dtypes=("float32",), ops=ops, jobs=1, progress=False)
+    module = tvmgrad.registry.get("concat_grad").impl.module.rsplit(".", 1)[-1]
+    assert built == [f"{module}-0"]
+    assert manifest["inputs_digest"] != again["inputs_digest"]
+    lib = tvmgrad.load_library(tmp_path / "c")
+    x = [np.ones((2, 3), "float32"), np.ones((2, 2), "float32")]
+    g = np.arange(10, dtype="float32").reshape(2, 5)
+    grads = lib.run("concat_grad", {"x": x, "out_grad": g}, {"axis": 1})["x_grad"]
+    np.testing.assert_array_equal(grads[1], g[:, 3:])
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
 def test_cuda_library_has_precompiled_device_code(tmp_path):
     manifest = aot.build(tmp_path / "cuda", target="cuda", archs=("sm_80", "sm_90"),
                          dtypes=("float16",), ops=["relu_grad", "atan2_grad"], jobs=1, progress=False)
-    (lib,) = manifest["libraries"]
-    fatbin = (tmp_path / "cuda" / lib["fatbin"]).read_bytes()
-    assert fatbin[:4] == b"\x50\xed\x55\xba"                       # fatbin magic
-    assert manifest["archs"] == ["sm_80", "sm_90"] and lib["device_source_sha256"]
-    for arch in ("sm_80", "sm_90"):
-        stats = lib["ptxas"][arch]
-        for e in lib["entries"]:
-            kernels = [k for k in stats if k.startswith(e["symbol"] + "_kernel")]
-            assert kernels, (arch, e["symbol"])
-            assert all(stats[k]["spill_stores"] == 0 == stats[k]["spill_loads"] for k in kernels)
+    assert manifest["archs"] == ["sm_80", "sm_90"] and len(manifest["libraries"]) == 2   # 2 modules
+    for lib in manifest["libraries"]:
+        fatbin = (tmp_path / "cuda" / lib["fatbin"]).read_bytes()
+        # SASS (an ELF cubin) per arch, and PTX of the newest for later GPUs
+        assert fatbin_contents(fatbin) == [("elf", "sm_80"), ("ptx", "sm_90"), ("elf", "sm_90")]
+        assert lib["fatbin_images"] == ["elf sm_80", "ptx sm_90", "elf sm_90"]
+        assert lib["device_source_sha256"]
+        for arch in ("sm_80", "sm_90"):
+            stats = lib["ptxas"][arch]
+            for e in lib["entries"]:
+                kernels = [k for k in stats if k.startswith(e["symbol"] + "_kernel")]
+                assert kernels, (arch, e["symbol"])
+                assert all(stats[k]["spill_stores"] == 0 == stats[k]["spill_loads"] for k in kernels)

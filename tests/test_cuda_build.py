@@ -27,7 +27,7 @@ ARCHS = ("sm_80", "sm_90")
 
 def _family(op):
     entry = registry.get(op)
-    return (entry.forward_op.impl if entry.state == "invoke" else entry.impl).family
+    return entry.implementation.family
 
 
 def _groups():

@@ -14,7 +14,7 @@ import pytest
 import tvmgrad
 from samples import implemented_ops, sample
 from tvmgrad import registry
-from tvmgrad.examples import cast, float_dtypes
+from tvmgrad.examples import cast, each_tensor, float_dtypes
 from tvmgrad.rt import cuda_available
 
 TARGET = os.environ.get("TVMGRAD_GPU_TARGET", "cuda")
@@ -34,7 +34,7 @@ def test_device_matches_llvm(op):
         got = tvmgrad.run(op, data, attrs, target=TARGET)
         assert got.keys() == want.keys()
         for name in want:
-            for g, w in zip(*(v if isinstance(v, list) else [v] for v in (got[name], want[name]))):
+            for w, g in each_tensor(want[name], got[name]):
                 if w is None:
                     assert g is None
                     continue

@@ -52,8 +52,12 @@ def test_coverage_adds_gradients_tvm_lacks(gradients):
     rows = {name: (ours, theirs) for name, ours, theirs in tr.coverage()}
     for op in ("relax.nn.gelu", "relax.erf", "relax.rsqrt", "relax.square", "relax.clip"):
         assert rows[op] == (gradients[op], False), op
+    for op in ("relax.nn.rms_norm", "relax.nn.group_norm", "relax.gather_elements", "relax.cumprod"):
+        assert rows[op] == (gradients[op], False), op
     assert rows["relax.nn.relu"] == ("relu_grad", True)            # ours shadows TVM's
-    assert len([r for r in rows.values() if r[0]]) == len(gradients) >= 30
+    assert rows["relax.matmul"] == ("bmm_grad", True)
+    assert len([r for r in rows.values() if r[0]]) == len(gradients) >= 60
+    assert len([r for r in rows.values() if r[0] and not r[1]]) >= 38
 
 
 def _adjoint(build_body, arrays):
@@ -110,6 +114,98 @@ def test_where_gradient_broadcasts_back():
     np.testing.assert_allclose(gw, np.where(c, x, y), rtol=1e-6)
 
 
+def test_concat_gradient_splits_with_concat_grad():
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((2, 3)).astype("float32"), rng.standard_normal((2, 4)).astype("float32")
+    w = rng.standard_normal((2, 7)).astype("float32")
+    used, (gx, gy, _) = _adjoint(lambda a, b, c: relax.op.multiply(relax.op.concat([a, b], axis=-1), c),
+                                 [x, y, w])
+    assert "concat_grad" in used
+    np.testing.assert_array_equal(gx, w[:, :3])
+    np.testing.assert_array_equal(gy, w[:, 3:])
+
+
+def test_expand_dims_gradient_is_unsqueeze_grad(gradients):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 3)).astype("float32")
+    w = rng.standard_normal((2, 1, 3, 1)).astype("float32")
+    _, (gx, _) = _adjoint(lambda a, c: relax.op.multiply(relax.op.expand_dims(a, [1, -1]), c), [x, w])
+    assert gradients["relax.expand_dims"] == "unsqueeze_grad"      # a reshape: no kernel of its own
+    np.testing.assert_array_equal(gx, w[:, 0, :, 0])
+
+
+@pytest.mark.parametrize("mode", ["fast", "clip", "wrap"])
+def test_take_gradient_scatters_with_index_select_grad(mode):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3)).astype("float32")
+    idx = np.array([0, 2, 2, 1, -3] if mode == "fast" else [-1, 5, 2, 2, 0], dtype="int64")
+    w = rng.standard_normal((2, 5)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, i, c: relax.op.multiply(relax.op.take(a, i, axis=-1, mode=mode), c),
+                                [x, idx, w])
+    assert "index_select_grad" in used
+    mapped = {"fast": idx % 3, "clip": np.clip(idx, 0, 2), "wrap": idx % 3}[mode]
+    want = np.zeros_like(x)
+    np.add.at(want, (slice(None), mapped), w)          # repeated indices add up
+    np.testing.assert_allclose(gx, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_take_with_nd_indices_flattens_them(axis):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 3)).astype("float32")
+    idx = np.array([[0, 7], [3, -2]], dtype="int64")
+    w = rng.standard_normal((2, 2, 3) if axis == 0 else (4, 2, 2)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, i, c: relax.op.multiply(relax.op.take(a, i, axis=axis, mode="wrap"), c),
+                             [x, idx, w])
+    assert "index_select_grad" in used               # TVM's take_backward has no N-d indices
+    want = np.zeros_like(x)
+    if axis == 0:
+        np.add.at(want, idx.reshape(-1) % 4, w.reshape(-1, 3))
+    else:
+        np.add.at(want, (slice(None), idx.reshape(-1) % 3), w.reshape(4, -1))
+    np.testing.assert_allclose(gx, want, rtol=1e-6)
+
+
+def _take_concat_graph():
+    """sum(concat([take(x, i, axis=1, mode='wrap'), y], axis=1) * w) over a symbolic batch n."""
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 3, 4), "float32"))
+    i = relax.Var("i", relax.TensorType((5,), "int64"))
+    y = relax.Var("y", relax.TensorType((n, 2, 4), "float32"))
+    w = relax.Var("w", relax.TensorType((n, 7, 4), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, i, y, w]):
+        with bb.dataflow():
+            joined = relax.op.concat([relax.op.take(x, i, axis=1, mode="wrap"), y], axis=1)
+            out = bb.emit_output(bb.emit(relax.op.sum(relax.op.multiply(joined, w))))
+        bb.emit_func_output(out)
+    return relax.transform.Gradient("main", require_grads=[x, y])(bb.get())
+
+
+def test_gradients_of_symbolic_graph_run_at_any_size():
+    grad_mod = _take_concat_graph()
+    assert {"index_select_grad", "concat_grad"} <= _tvmgrad_kernels(grad_mod)
+    vm = _vm(grad_mod)
+    rng = np.random.default_rng(9)
+    idx = np.array([0, 4, -1, 2, 2], dtype="int64")
+    for rows in (1, 3):
+        x, y, w = (rng.standard_normal((rows, k, 4)).astype("float32") for k in (3, 2, 7))
+        _, (gx, gy) = vm["main_adjoint"](*map(tvm.runtime.tensor, (x, idx, y, w)))
+        want = np.zeros_like(x)
+        np.add.at(want, (slice(None), idx % 3), w[:, :5])
+        np.testing.assert_allclose(gx.numpy(), want, rtol=1e-6)
+        np.testing.assert_array_equal(gy.numpy(), w[:, 5:])
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
+def test_index_gradients_take_their_cuda_form():
+    grad_mod = tr.schedule_kernels(_take_concat_graph(), {"kind": "cuda", "arch": "sm_80"})
+    ex = tvm.compile(grad_mod, target=tvm.target.Target({"kind": "cuda", "arch": "sm_80"}, host="llvm"))
+    device = ex.mod._collect_from_import_tree(lambda m: m.kind == "cuda")
+    source = "\n".join(m.inspect_source() for m in device)
+    assert "index_select_grad_" in source and "concat_grad_" in source
+
+
 # ------------------------------------------------------------------------------------------
 # Training steps: loss and parameter grads equal Paddle's
 
@@ -155,7 +251,7 @@ def test_mlp_training_step_matches_paddle():
     b1, b2 = (rng.standard_normal(s).astype("float32") * 0.1 for s in ((32,), (10,)))
     labels = rng.integers(0, 10, 8).astype("int64")
     grad_mod = relax.transform.Gradient("main", require_grads=None)(_mlp_module())
-    assert {"gelu_grad", "tanh_grad", "log_softmax_grad"} <= _tvmgrad_kernels(grad_mod)
+    assert {"bmm_grad", "gelu_grad", "tanh_grad", "log_softmax_grad"} <= _tvmgrad_kernels(grad_mod)
     loss, grads = _vm(grad_mod)["main_adjoint"](*map(tvm.runtime.tensor, (x, w1, b1, w2, b2, labels)))
     want_loss, want = _mlp_paddle(x, w1, b1, w2, b2, labels)
     np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5)
@@ -224,3 +320,333 @@ def test_training_graphs_compile_for_cuda(build):
     source = "\n".join(m.inspect_source() for m in device)
     for op in _tvmgrad_kernels(grad_mod):
         assert f"{op}_" in source, f"{op} has no CUDA kernel in the compiled graph"
+
+
+# ------------------------------------------------------------------------------------------
+# More gradients (issue #9): each asserts its tvmgrad kernel and the gradient values
+
+def _paddle_grads(fn, arrays):
+    """Paddle's gradients of sum(fn(*tensors)) w.r.t. the float arrays."""
+    import paddle
+    ts = [paddle.to_tensor(a, stop_gradient=a.dtype.kind != "f") for a in arrays]
+    fn(*ts).sum().backward()
+    return [t.grad.numpy() for t, a in zip(ts, arrays) if a.dtype.kind == "f"]
+
+
+def _check(got, want, rtol=1e-5, atol=1e-5):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("xs,ys,kernel", [
+    ((3, 4), (4, 5), True), ((2, 3, 4), (4, 5), True), ((2, 3, 4), (2, 4, 5), True),
+    ((4,), (4, 5), True), ((3, 4), (4,), True), ((2, 1, 3, 4), (3, 4, 5), False)])
+def test_matmul_gradient_uses_bmm_grad(xs, ys, kernel):
+    rng = np.random.default_rng(10)
+    x, y = rng.standard_normal(xs).astype("float32"), rng.standard_normal(ys).astype("float32")
+    w = rng.standard_normal(np.matmul(x, y).shape).astype("float32")
+    used, grads = _adjoint(lambda a, b, c: relax.op.multiply(relax.op.matmul(a, b), c), [x, y, w])
+    assert ("bmm_grad" in used) == kernel            # broadcast batch dims: TVM's own gradient
+    x2, y2 = (x[None] if x.ndim == 1 else x), (y[:, None] if y.ndim == 1 else y)
+    w2 = w.reshape(np.matmul(x2, y2).shape)
+
+    def sum_to(a, shape):
+        a = a.sum(tuple(range(a.ndim - len(shape))))
+        return a.sum(tuple(i for i, d in enumerate(shape) if d == 1), keepdims=True)
+
+    gx = sum_to(np.matmul(w2, np.swapaxes(y2, -1, -2)), x2.shape).reshape(xs)
+    gy = sum_to(np.matmul(np.swapaxes(x2, -1, -2), w2), y2.shape).reshape(ys)
+    _check(grads[:2], [gx, gy], rtol=1e-4)
+
+
+@pytest.mark.parametrize("axis,keepdims,kernel", [(None, False, True), ([0, 1], True, True), (1, False, False)])
+def test_mean_gradient_uses_mean_all_grad(axis, keepdims, kernel):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 3)).astype("float32")
+    used, (gx,) = _adjoint(lambda a: relax.op.multiply(relax.op.mean(a, axis=axis, keepdims=keepdims),
+                                                       relax.const(3.0, "float32")), [x])
+    assert ("mean_all_grad" in used) == kernel       # other axes: TVM's own gradient
+    np.testing.assert_allclose(gx, np.full_like(x, 3.0 / (6 if kernel else 3)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum"])
+def test_maximum_minimum_gradients_broadcast_and_send_ties_to_x(name):
+    """Ties: fmax/fmin_grad give the whole grad to x (TVM's maximum_grad does too, its
+    minimum_grad gives it to y; Paddle's maximum/minimum split it 0.5/0.5)."""
+    x = np.array([[1.0], [2.0], [3.0]], dtype="float32")
+    y = np.array([[2.0, 0.5, 3.0, 1.0]], dtype="float32")
+    w = np.arange(12, dtype="float32").reshape(3, 4) + 1
+    used, (gx, gy, _) = _adjoint(lambda a, b, c: relax.op.multiply(getattr(relax.op, name)(a, b), c), [x, y, w])
+    assert ("fmax_grad" if name == "maximum" else "fmin_grad") in used
+    to_x = (x >= y) if name == "maximum" else (x <= y)
+    np.testing.assert_allclose(gx, np.where(to_x, w, 0).sum(1, keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(gy, np.where(to_x, 0, w).sum(0, keepdims=True), rtol=1e-6)
+
+
+def test_power_with_constant_exponent_uses_pow_grad():
+    rng = np.random.default_rng(12)
+    x = rng.random((2, 3)).astype("float32") + 0.5
+    used, (gx,) = _adjoint(lambda a: relax.op.power(a, relax.const(2.5, "float32")), [x])
+    assert "pow_grad" in used
+    np.testing.assert_allclose(gx, 2.5 * x ** 1.5, rtol=1e-5)
+    y = np.full((2, 3), 2.5, dtype="float32")         # a tensor exponent: TVM's gradient
+    used, (gx, gy) = _adjoint(lambda a, b: relax.op.power(a, b), [x, y])
+    assert "pow_grad" not in used
+    _check([gx, gy], [2.5 * x ** 1.5, x ** 2.5 * np.log(x)], rtol=1e-5)
+
+
+def test_shape_op_gradients(gradients):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 1, 3)).astype("float32")
+    w2, w6 = rng.standard_normal((2, 3)).astype("float32"), rng.standard_normal(6).astype("float32")
+    for op, body, w, want in [
+            ("squeeze", lambda a, c: relax.op.multiply(relax.op.squeeze(a), c), w2, w2[:, None]),
+            ("squeeze", lambda a, c: relax.op.multiply(relax.op.squeeze(a, [1]), c), w2, w2[:, None]),
+            ("flatten", lambda a, c: relax.op.multiply(relax.op.flatten(a), c), w6, w6.reshape(x.shape))]:
+        _, (gx, _) = _adjoint(body, [x, w])
+        assert gradients[f"relax.{op}"] == f"{op}_grad"      # a reshape: no kernel of its own
+        np.testing.assert_array_equal(gx, want)
+    w = rng.standard_normal(x.shape).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, c: relax.op.multiply(relax.op.flip(a, 2), c), [x, w])
+    assert "flip_grad" in used or gradients["relax.flip"] == "flip_grad"
+    np.testing.assert_array_equal(gx, w[:, :, ::-1])
+
+
+def test_stack_gradient_uses_stack_grad():
+    rng = np.random.default_rng(14)
+    x, y = rng.standard_normal((2, 2, 3)).astype("float32")
+    w = rng.standard_normal((2, 2, 3)).astype("float32")
+    used, (gx, gy, _) = _adjoint(lambda a, b, c: relax.op.multiply(relax.op.stack([a, b], axis=1), c),
+                                 [x, y, w])
+    assert "stack_grad" in used
+    np.testing.assert_array_equal(gx, w[:, 0])
+    np.testing.assert_array_equal(gy, w[:, 1])
+
+
+@pytest.mark.parametrize("axis", [1, None])
+def test_cumprod_gradient_uses_cumprod_grad(axis):
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((2, 4)).astype("float32")
+    x[0, 1] = 0.0                                      # exact with zeros
+    w = rng.standard_normal(8 if axis is None else (2, 4)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, c: relax.op.multiply(relax.op.cumprod(a, axis=axis), c), [x, w])
+    assert "cumprod_grad" in used
+    want = _paddle_grads(lambda a, c: paddle_cumprod(a, axis) * c, [x, w])[0]
+    np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-6)
+
+
+def paddle_cumprod(a, axis):
+    import paddle
+    return paddle.cumprod(a.reshape([-1]) if axis is None else a, dim=0 if axis is None else axis)
+
+
+def test_gather_gradients_scatter_back():
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((3, 4)).astype("float32")
+    idx = np.array([[0, 3, 3], [1, 1, -4]], dtype="int64")
+    w = rng.standard_normal((2, 3)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, i, c: relax.op.multiply(relax.op.gather_elements(a, i, axis=1), c),
+                             [x, idx, w])
+    assert "take_along_axis_grad" in used
+    want = np.zeros_like(x)
+    np.add.at(want, (np.arange(2)[:, None].repeat(3, 1), idx % 4), w)
+    np.testing.assert_allclose(gx, want, rtol=1e-6)
+    nd = np.array([[0, 1], [2, 3], [0, 1]], dtype="int64")
+    w3 = rng.standard_normal(3).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, i, c: relax.op.multiply(relax.op.gather_nd(a, i), c), [x, nd, w3])
+    assert "gather_nd_grad" in used
+    want = np.zeros_like(x)
+    np.add.at(want, (nd[:, 0], nd[:, 1]), w3)
+    np.testing.assert_allclose(gx, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("reduction", ["update", "add", "max"])
+def test_scatter_elements_gradient_uses_put_along_axis_grad(reduction):
+    x = np.array([[1.0, 5.0, 2.0], [0.5, -1.0, 4.0]], dtype="float32")
+    idx = np.array([[1, 1], [2, 0]], dtype="int64")         # two updates land on x[0, 1]
+    # max: x[1, 0] = 0.5 ties with its update; Paddle's amax rule splits the grad between them
+    upd = np.array([[3.0, 7.0], [1.0, 0.5]], dtype="float32")
+    w = np.arange(1, 7, dtype="float32").reshape(2, 3)
+    used, (gx, gu, _) = _adjoint(
+        lambda a, i, u, c: relax.op.multiply(relax.op.scatter_elements(a, i, u, axis=1, reduction=reduction), c),
+        [x, idx, upd, w])
+    assert "put_along_axis_grad" in used
+    want_x = {"update": [[1, 0, 3], [0, 5, 0]], "add": w, "max": [[1, 0, 3], [2, 5, 6]]}[reduction]
+    want_u = {"update": [[0, 2], [6, 4]], "add": [[2, 2], [6, 4]], "max": [[0, 2], [0, 2]]}[reduction]
+    _check([gx, gu], [np.asarray(want_x, "float32"), np.asarray(want_u, "float32")], rtol=1e-6)
+
+
+def test_scatter_elements_mean_has_no_gradient():
+    x = np.zeros((2, 3), "float32")
+    idx = np.zeros((2, 1), "int64")
+    with pytest.raises(Exception, match="reduction 'mean'"):
+        _adjoint(lambda a, i, u: relax.op.scatter_elements(a, i, u, reduction="mean"), [x, idx, x[:, :1]])
+
+
+@pytest.mark.parametrize("axis", [1, -1])
+def test_prelu_gradient_uses_prelu_grad(axis):
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((2, 3, 3)).astype("float32")
+    alpha = rng.random(3).astype("float32")
+    w = rng.standard_normal(x.shape).astype("float32")
+    used, (gx, ga, _) = _adjoint(lambda a, al, c: relax.op.multiply(relax.op.nn.prelu(a, al, axis=axis), c),
+                                 [x, alpha, w])
+    assert "prelu_grad" in used
+    shape = (1, 3, 1) if axis == 1 else (1, 1, 3)
+    al = alpha.reshape(shape)
+    _check([gx, ga], [np.where(x > 0, w, al * w), np.where(x > 0, 0, x * w).sum(
+        axis=(0, 2) if axis == 1 else (0, 1))], rtol=1e-5)
+
+
+def test_selu_gradient_uses_selu_grad():
+    import paddle.nn.functional as F
+    x = np.random.default_rng(18).standard_normal((2, 3)).astype("float32")
+    used, (gx,) = _adjoint(lambda a: relax.op.multiply(relax.op.nn.selu(a), a), [x])
+    assert "selu_grad" in used
+    np.testing.assert_allclose(gx, _paddle_grads(lambda a: F.selu(a) * a, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_pixel_shuffle_gradient_alone():
+    """TVM 0.27 cannot legalize relax.nn.pixel_shuffle (it calls topi.nn.pixel_shuffle, which does
+    not exist), so no graph holding the forward compiles: emit the registered gradient alone."""
+    x = relax.Var("x", relax.TensorType((1, 8, 2, 3), "float32"))
+    g = relax.Var("g", relax.TensorType((1, 2, 4, 6), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, g]):
+        with bb.dataflow():
+            call = bb.normalize(relax.op.nn.pixel_shuffle(x, 2))
+            fgrad = tvm.ir.Op.get("relax.nn.pixel_shuffle").get_attr("FPrimalGradient")
+            (dx,) = fgrad(g, call, g, bb)
+            out = bb.emit_output(dx)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert _tvmgrad_kernels(mod) == {"pixel_shuffle_grad"}
+    G = np.random.default_rng(18).standard_normal((1, 2, 4, 6)).astype("float32")
+    got = _vm(mod)["main"](tvm.runtime.tensor(np.zeros((1, 8, 2, 3), "float32")), tvm.runtime.tensor(G))
+    want = G.reshape(1, 2, 2, 2, 3, 2).transpose(0, 1, 3, 5, 2, 4).reshape(1, 8, 2, 3)   # pixel_unshuffle
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_norm_gradients_recompute_statistics():
+    import paddle
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((2, 4, 3)).astype("float32")
+    g, b = (1 + 0.1 * rng.standard_normal(4)).astype("float32"), rng.standard_normal(4).astype("float32")
+    w = rng.standard_normal(x.shape).astype("float32")
+    gw = (1 + 0.1 * rng.standard_normal(3)).astype("float32")
+
+    used, got = _adjoint(lambda a, s, c: relax.op.multiply(relax.op.nn.rms_norm(a, s, axes=[-1]), c), [x, gw, w])
+    assert "rms_norm_grad" in used
+    _check(got[:2], _paddle_grads(lambda a, s, c: a * paddle.rsqrt((a * a).mean(-1, keepdim=True) + 1e-5)
+                                  * s * c, [x, gw, w])[:2], rtol=1e-4)
+
+    used, got = _adjoint(lambda a, s, t, c: relax.op.multiply(
+        relax.op.nn.group_norm(a, s, t, num_groups=2, channel_axis=1, axes=[2]), c), [x, g, b, w])
+    assert "group_norm_grad" in used
+    _check(got[:3], _paddle_grads(lambda a, s, t, c: F.group_norm(a, 2, 1e-5, s, t) * c, [x, g, b, w])[:3],
+           rtol=1e-4)
+
+    used, got = _adjoint(lambda a, s, t, c: relax.op.multiply(
+        relax.op.nn.instance_norm(a, s, t, channel_axis=1, axes=[2]), c), [x, g, b, w])
+    assert "instance_norm_grad" in used
+    _check(got[:3], _paddle_grads(lambda a, s, t, c: F.instance_norm(a, weight=s, bias=t, eps=1e-5) * c,
+                                  [x, g, b, w])[:3], rtol=1e-4)
+
+
+def test_conv3d_gradient_uses_conv3d_grad():
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal((1, 2, 4, 3, 3)).astype("float32")
+    w = rng.standard_normal((3, 2, 2, 2, 2)).astype("float32")
+    c = rng.standard_normal((1, 3, 4, 2, 4)).astype("float32")
+    used, got = _adjoint(lambda a, b, cc: relax.op.multiply(
+        relax.op.nn.conv3d(a, b, padding=[1, 0, 1, 0, 0, 1]), cc), [x, w, c])
+    assert "conv3d_grad" in used
+    # Relax pads (front, top, left, back, bottom, right); F.pad takes (left, right, top, bottom, front, back)
+    want = _paddle_grads(lambda a, b, cc: F.conv3d(F.pad(a, [1, 1, 0, 0, 1, 0], data_format="NCDHW"), b) * cc,
+                         [x, w, c])
+    _check(got[:2], want[:2], rtol=1e-4)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_gradient_uses_argsort_grad(descending):
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((2, 5)).astype("float32")
+    w = rng.standard_normal((2, 5)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, c: relax.op.multiply(relax.op.sort(a, axis=1, descending=descending), c),
+                             [x, w])
+    assert "argsort_grad" in used
+    order = np.argsort(-x if descending else x, axis=1)
+    want = np.zeros_like(x)
+    np.put_along_axis(want, order, w, axis=1)
+    np.testing.assert_allclose(gx, want, rtol=1e-6)
+
+
+def test_matmul_with_symbolic_dims_falls_back_to_tvm():
+    """bmm_grad's planner needs static sizes: a symbolic batch goes to TVM's matmul gradient."""
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((n, 3, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((4, 5), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.sum(relax.op.matmul(x, y))))
+        bb.emit_func_output(out)
+    grad_mod = relax.transform.Gradient("main")(bb.get())
+    assert "bmm_grad" not in _tvmgrad_kernels(grad_mod)
+    rng = np.random.default_rng(22)
+    X, Y = rng.standard_normal((2, 3, 4)).astype("float32"), rng.standard_normal((4, 5)).astype("float32")
+    _, (gx, gy) = _vm(grad_mod)["main_adjoint"](tvm.runtime.tensor(X), tvm.runtime.tensor(Y))
+    _check([gx.numpy(), gy.numpy()], [np.ones((2, 3, 5)) @ Y.T, X.reshape(6, 4).T @ np.ones((6, 5))], rtol=1e-5)
+
+
+@pytest.mark.parametrize("method,mode,rounding,paddle_kw", [
+    ("linear", "half_pixel", "round", dict(mode="bilinear", align_corners=False, align_mode=0)),
+    ("linear", "align_corners", "round", dict(mode="bilinear", align_corners=True)),
+    ("nearest_neighbor", "asymmetric", "floor", dict(mode="nearest"))])
+def test_resize2d_gradient_uses_interp_grads(method, mode, rounding, paddle_kw):
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((1, 2, 3, 4)).astype("float32")
+    w = rng.standard_normal((1, 2, 5, 7)).astype("float32")
+    used, (gx, _) = _adjoint(lambda a, c: relax.op.multiply(relax.op.image.resize2d(
+        a, (5, 7), method=method, coordinate_transformation_mode=mode, rounding_method=rounding), c), [x, w])
+    assert f"{paddle_kw['mode']}_interp_grad" in used
+    want = _paddle_grads(lambda a, c: F.interpolate(a, size=[5, 7], **paddle_kw) * c, [x, w])[0]
+    np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding_mode,align_corners", [("border", True)])
+def test_grid_sample_gradient_uses_grid_sample_grad(padding_mode, align_corners):
+    import paddle
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((1, 2, 3, 4)).astype("float32")
+    grid = (rng.random((1, 2, 3, 2)) * 2.4 - 1.2).astype("float32")          # (N, 2, H, W), Relax's layout
+    w = rng.standard_normal((1, 2, 3, 2)).astype("float32")
+    used, (gx, gg, _) = _adjoint(lambda a, g, c: relax.op.multiply(relax.op.image.grid_sample(
+        a, g, padding_mode=padding_mode, align_corners=align_corners), c), [x, grid, w])
+    assert "grid_sample_grad" in used
+    want = _paddle_grads(lambda a, g, c: F.grid_sample(a, paddle.transpose(g, [0, 2, 3, 1]), mode="bilinear",
+                                                       padding_mode=padding_mode, align_corners=align_corners) * c,
+                         [x, grid, w])
+    _check([gx, gg], want[:2], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("ret_type", ["both", "values"])
+def test_topk_gradient_uses_topk_grad(ret_type):
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal((2, 5)).astype("float32")
+    w = rng.standard_normal((2, 2)).astype("float32")
+
+    def body(a, c):
+        top = relax.op.topk(a, 2, axis=1, ret_type=ret_type, largest=False)
+        return relax.op.multiply(relax.TupleGetItem(top, 0) if ret_type == "both" else top, c)
+
+    used, (gx, _) = _adjoint(body, [x, w])
+    assert "topk_grad" in used
+    want = np.zeros_like(x)
+    np.put_along_axis(want, np.argsort(x, axis=1)[:, :2], w, axis=1)
+    np.testing.assert_allclose(gx, want, rtol=1e-6)

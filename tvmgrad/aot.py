@@ -1,15 +1,22 @@
 """Ahead-of-time kernel libraries: build on a machine without a GPU, load with the runtime only.
 
-``build(out, target=..., dtypes=..., ops=...)`` writes, per dtype:
+``build(out, target=..., dtypes=..., ops=...)`` writes, per dtype, a few *shards*: the selected
+ops grouped by their te_defs module, at most ``SHARD_OPS`` ops each. A shard is
 
-* ``<target>-<dtype>.so``: every selected op's kernel variants in one shared library (symbolic
-  shapes; one entry point per variant: an op's example calls, every bool attribute value, and every
-  broadcast pattern of a broadcasting pointwise op over up to two coalesced dims);
-* for CUDA, ``<target>-<dtype>.fatbin``: the device code precompiled with nvcc for every requested
-  arch (no fast math), so that loading needs only the TVM runtime and the CUDA driver;
+* ``<target>-<dtype>-<module>-<n>.so``: its ops' kernel variants in one shared library (symbolic
+  shapes; one entry point per variant: an op's example calls, every bool attribute value, and
+  every broadcast pattern of a broadcasting pointwise op over up to two coalesced dims);
+* for CUDA, ``<target>-<dtype>-<module>-<n>.fatbin``: the device code precompiled with nvcc for
+  every requested arch (no fast math), so that loading needs only the TVM runtime and the CUDA
+  driver;
 
-and one ``manifest.json`` listing each entry point (op, dtype, variant key, argument list, shape
-inference, baked attributes), the target, arches, TVM version and source digests. The output
+and one ``manifest.json`` lists each entry point (op, dtype, variant key, argument list, shape
+inference, baked attributes), the target, arches, TVM version and source digests.
+
+Shards are the unit of work and of reuse: a process pool builds them in parallel, and each built
+shard is kept in the kernel cache (``<cache>/aot/``) under a digest of everything that shapes
+its code (its ops' sources, the schedule rules, TVM, target, arches, dtype, tuning records). A
+rebuild after editing one te_defs module recompiles that module's shards only. The output
 directory is replaced atomically; building again with the same inputs is a no-op.
 
 ``load_library(dir)`` plans calls with the same family planners as ``tvmgrad.run`` (pure Python),
@@ -36,10 +43,11 @@ from .call import bind
 from .dtypes import FLOATS, dtype as as_dtype
 from .runtime import Launch
 
-__all__ = ["build", "load_library", "Library", "variant_calls", "MANIFEST"]
+__all__ = ["build", "load_library", "Library", "variant_calls", "shards", "MANIFEST"]
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+FORMAT = 2
+SHARD_OPS = 12          # ops per shard: small enough to spread over cores and to rebuild alone
 _ARCH = re.compile(r"^sm_\d+a?$")
 
 
@@ -54,7 +62,7 @@ def variant_calls(op: str) -> list[tuple[dict, dict]]:
     bcast = examples.broadcast_variant(op)
     if bcast is not None:
         base.append(bcast)
-    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    impl = entry.implementation
     if impl.family_kind == "pointwise":
         base += _broadcast_patterns(entry, impl, base[0])
     calls = []
@@ -92,7 +100,7 @@ def _broadcast_patterns(entry, impl, example):
 def plans_for(op: str, dtype: str) -> list:
     """The distinct kernel plans of ``op``'s variants in ``dtype`` (ValueError if unsupported)."""
     entry = registry.get(op)
-    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    impl = entry.implementation
     if dtype not in impl.dtypes:
         raise ValueError(f"{op} does not support {dtype} (it supports {', '.join(impl.dtypes)})")
     from .examples import cast
@@ -159,14 +167,100 @@ def _tuned_plans(db_root, target_key, op, dtype) -> list:
     return plans
 
 
-def _build_dtype(job) -> dict:
-    """One library: every op's plans for one dtype (runs in a worker process)."""
-    out_dir, target, archs, dtype, ops, db_root = job
+@dataclass(frozen=True)
+class Shard:
+    """Some ops of one te_defs module, built for one dtype into one library file."""
+
+    dtype: str
+    name: str                 # <module>-<n>
+    ops: tuple[str, ...]
+
+    def stem(self, kind: str) -> str:
+        return f"{_slug(kind)}-{self.dtype}-{self.name}"
+
+
+def shards(ops, dtypes) -> list[Shard]:
+    """The shards of a build: per dtype, the ops grouped by te_defs module in chunks of
+    ``SHARD_OPS`` (sorted, so the same selection always gives the same shards)."""
+    by_module: dict[str, list[str]] = {}
+    for op in sorted(ops):
+        module = registry.get(op).implementation.module.rsplit(".", 1)[-1]
+        by_module.setdefault(module, []).append(op)
+    out = []
+    for dtype in dtypes:
+        for module, names in sorted(by_module.items()):
+            for n, i in enumerate(range(0, len(names), SHARD_OPS)):
+                out.append(Shard(dtype, f"{module}-{n}", tuple(names[i:i + SHARD_OPS])))
+    return out
+
+
+def _shard_digest(shard: Shard, target, archs, tuning_digest: str) -> str:
+    """Everything that shapes a shard's code: its ops' sources and schedule rules, TVM, the
+    target and arches, the tuning records (a different digest: a different shard)."""
+    import tvm
+
+    from . import cuda
+    from .build import _file_digest, source_digest
+    kind = "cuda" if target.startswith("cuda") else "llvm"
+    h = hashlib.sha256(repr((FORMAT, __version__, tvm.__version__, target, tuple(archs), shard,
+                             tuning_digest)).encode())
+    for builder in (__file__, cuda.__file__):          # how shards are built and compiled
+        h.update(_file_digest(builder).encode())
+    for op in shard.ops:
+        impl = registry.get(op).impl
+        h.update(source_digest(impl, kind, getattr(impl, "pattern", "generic")).encode())
+    return h.hexdigest()
+
+
+def _shard_cache(target) -> pathlib.Path:
+    import tvm
+
+    from .cache import cache_dir
+    return cache_dir() / "aot" / f"tvm-{_slug(tvm.__version__)}" / _slug(target)
+
+
+def _cached_shard(folder: pathlib.Path):
+    """A built shard's library record, if the folder holds one whose files are intact."""
+    lib = _read_json(folder / "shard.json")
+    if lib is None or not _verify(folder, {"libraries": [lib]}):
+        return None
+    return lib
+
+
+def _obtain_shard(job) -> dict:
+    """A shard's library record, built into the shard cache unless it is there (runs in a worker;
+    a file lock keeps concurrent builds of the same shard to one)."""
+    shard, digest, target, archs, db_root = job
+    from filelock import FileLock
+    folder = _shard_cache(target) / digest
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        lib = _cached_shard(folder)
+        if lib is not None:
+            return lib
+        tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=folder.parent))
+        try:
+            lib = _build_shard(shard, tmp, target, archs, db_root)
+            for name in ("file", "fatbin"):
+                if lib.get(name):
+                    lib[name + "_sha256"] = hashlib.sha256((tmp / lib[name]).read_bytes()).hexdigest()
+            (tmp / "shard.json").write_text(json.dumps(lib, indent=1, sort_keys=True))
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return lib
+
+
+def _build_shard(shard: Shard, out_dir: pathlib.Path, target, archs, db_root) -> dict:
+    """One library: every plan of the shard's ops in its dtype."""
     from .build import compile_lowered, lower
-    from .cuda import compile_cubin, device_source
+    from .cuda import compile_cubin, device_source, fatbin_contents
     tgt = _target_spec(target, archs)
+    dtype = shard.dtype
     entries, skipped, funcs = [], [], {}
-    for op in ops:
+    for op in shard.ops:
         try:
             plans = [(c, p, None) for c, p in plans_for(op, dtype)]
             plans += _tuned_plans(db_root, tgt.key, op, dtype)
@@ -183,23 +277,25 @@ def _build_dtype(job) -> dict:
                                 "reason": f"{type(exc).__name__}: {exc}"[:500]})
                 continue
             entries.append(_entry_json(op, call, plan, tuned_shapes))
-    stem = f"{_slug(tgt.kind)}-{dtype}"
-    lib = {"dtype": dtype, "file": f"{stem}.so", "entries": sorted(entries, key=lambda e: e["symbol"]),
-           "skipped": skipped}
-    if funcs:
-        ex = compile_lowered(funcs, tgt)
-        ex.export_library(os.path.join(out_dir, lib["file"]))
-        if tgt.is_gpu:
-            source = device_source(ex)
-            lib["device_source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
-            lib["fatbin"] = f"{stem}.fatbin"
-            cubins = {arch: compile_cubin(source, arch) for arch in archs}
-            _write_fatbin(os.path.join(out_dir, lib["fatbin"]), source, archs)
-            lib["ptxas"] = {arch: {k.name: {"registers": k.registers, "spill_stores": k.spill_stores,
-                                            "spill_loads": k.spill_loads, "shared": k.shared}
-                                   for k in c.kernels.values()} for arch, c in cubins.items()}
-    else:
-        lib["file"] = None
+    stem = shard.stem(tgt.kind)
+    lib = {"dtype": dtype, "shard": shard.name, "ops": list(shard.ops), "file": None,
+           "entries": sorted(entries, key=lambda e: e["symbol"]), "skipped": skipped}
+    if not funcs:
+        return lib
+    lib["file"] = f"{stem}.so"
+    ex = compile_lowered(funcs, tgt)
+    ex.export_library(str(out_dir / lib["file"]))
+    if tgt.is_gpu:
+        source = device_source(ex)
+        lib["device_source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
+        lib["fatbin"] = f"{stem}.fatbin"
+        cubins = {arch: compile_cubin(source, arch) for arch in archs}
+        _write_fatbin(str(out_dir / lib["fatbin"]), source, archs)
+        lib["fatbin_images"] = [f"{kind} {arch}" for kind, arch in
+                                fatbin_contents((out_dir / lib["fatbin"]).read_bytes())]
+        lib["ptxas"] = {arch: {k.name: {"registers": k.registers, "spill_stores": k.spill_stores,
+                                        "spill_loads": k.spill_loads, "shared": k.shared}
+                               for k in c.kernels.values()} for arch, c in cubins.items()}
     return lib
 
 
@@ -223,20 +319,11 @@ def _write_fatbin(path, source, archs):
             raise RuntimeError(f"nvcc fatbin failed:\n{proc.stderr[-3000:]}")
 
 
-def _inputs_digest(target, archs, dtypes, ops, tuning_db=None) -> str:
-    import tvm
-
-    from .build import source_digest
+def _tuning_digest(tuning_db) -> str:
     h = hashlib.sha256()
-    h.update(repr((FORMAT, __version__, tvm.__version__, target, tuple(archs), tuple(dtypes),
-                   tuple(ops))).encode())
     if tuning_db is not None:
         for path in sorted(pathlib.Path(tuning_db).rglob("*.json")):
             h.update(path.read_bytes())
-    kind = "cuda" if target.startswith("cuda") else "llvm"
-    for op in ops:
-        entry = registry.get(op)
-        h.update(source_digest(entry.impl, kind).encode())
     return h.hexdigest()
 
 
@@ -268,22 +355,36 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
         from .tune import active_database
         db = active_database()
         tuning_db = str(db.root) if db is not None else None
-    digest = _inputs_digest(target, archs, dtypes, ops, tuning_db)
-    current = _read_manifest(out)
+    tuning = _tuning_digest(tuning_db)
+    work = [(shard, _shard_digest(shard, target, archs, tuning)) for shard in shards(ops, dtypes)]
+    digest = hashlib.sha256(repr([d for _, d in work]).encode()).hexdigest()
+    current = _read_json(out / MANIFEST)
     if current is not None and current.get("inputs_digest") == digest and _verify(out, current):
         return current
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        jobs_list = [(str(tmp), target, archs, dt, ops, tuning_db) for dt in dtypes]
-        workers = min(len(jobs_list), jobs or len(os.sched_getaffinity(0)))
+        jobs_list = [(shard, d, target, archs, tuning_db) for shard, d in work]
+        cached = {d: _cached_shard(_shard_cache(target) / d) for _, d in work}
+        todo = [j for j in jobs_list if cached[j[1]] is None]
+        bar = _bar(sum(len(s.ops) for s, _ in work), progress)
+        bar.update(sum(len(s.ops) for s, d in work if cached[d] is not None))
+        workers = min(len(todo), jobs or len(os.sched_getaffinity(0)))
         if workers > 1:
-            ctx = multiprocessing.get_context("spawn")
-            with ctx.Pool(workers) as pool:
-                libs = _progress(pool.imap(_build_dtype, jobs_list), len(jobs_list), progress)
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                results = pool.imap_unordered(_obtain_shard, todo)
+                _collect(results, todo, cached, bar)
         else:
-            libs = _progress(map(_build_dtype, jobs_list), len(jobs_list), progress)
+            _collect(map(_obtain_shard, todo), todo, cached, bar)
+        bar.close()
+        libs = []
+        for shard, d in work:
+            lib = cached[d]
+            for name in ("file", "fatbin"):
+                if lib.get(name):
+                    shutil.copyfile(_shard_cache(target) / d / lib[name], tmp / lib[name])
+            libs.append(dict(lib, shard_digest=d))
         import tvm
         manifest = {
             "format": FORMAT, "tvmgrad": __version__, "tvm": tvm.__version__, "target": target,
@@ -291,10 +392,6 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
             "dtypes": list(dtypes), "ops": list(ops), "inputs_digest": digest, "libraries": libs,
             "tuning_db": tuning_db,
         }
-        for lib in libs:
-            for name in ("file", "fatbin"):
-                if lib.get(name):
-                    lib[name + "_sha256"] = hashlib.sha256((tmp / lib[name]).read_bytes()).hexdigest()
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True))
         _swap_in(tmp, out)
     finally:
@@ -303,11 +400,17 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
     return manifest
 
 
-def _progress(iterable, total, show):
-    if not show:
-        return list(iterable)
+def _collect(results, todo, cached, bar) -> None:
+    """Record each built shard (in completion order: imap_unordered) and advance the bar."""
+    by_name = {(job[0].dtype, job[0].name): job[1] for job in todo}
+    for lib in results:
+        cached[by_name[(lib["dtype"], lib["shard"])]] = lib
+        bar.update(len(lib["ops"]))
+
+
+def _bar(total: int, show: bool):
     from tqdm import tqdm
-    return list(tqdm(iterable, total=total, unit="library", desc="tvmgrad build"))
+    return tqdm(total=total, unit="op", desc="tvmgrad build", disable=not show)
 
 
 def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
@@ -321,9 +424,9 @@ def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _read_manifest(out: pathlib.Path):
+def _read_json(path: pathlib.Path):
     try:
-        return json.loads((out / MANIFEST).read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
@@ -362,7 +465,7 @@ class Library:
         if path.is_file():
             path = path.parent
         self.path = path
-        manifest = _read_manifest(path)
+        manifest = _read_json(path / MANIFEST)
         if manifest is None:
             raise ValueError(f"{path} holds no tvmgrad library ({MANIFEST} missing or unreadable)")
         if manifest.get("format") != FORMAT:

@@ -24,7 +24,7 @@ def _ops() -> list[str]:
 def _work(job) -> list[str]:
     """Build and (on CPU) run one op for one dtype; return problems."""
     op, dtype, target = job
-    from .examples import cast, sample
+    from .examples import cast, each_tensor, sample
     from .runtime import prepare
     problems = []
     try:
@@ -35,8 +35,7 @@ def _work(job) -> list[str]:
             for o, meta in zip(launch.op.spec.outputs, launch.outputs):
                 if meta is None:
                     continue
-                pairs = zip(result[o.name], meta) if isinstance(meta, list) else [(result[o.name], meta)]
-                for got, m in pairs:
+                for m, got in each_tensor(meta, result[o.name]):
                     if got.shape != m.shape or got.dtype != m.dtype.numpy:
                         problems.append(f"{op} [{dtype}]: {o.name} is {got.shape} {got.dtype}, "
                                         f"shape inference says {m}")

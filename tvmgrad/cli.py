@@ -68,7 +68,7 @@ def _cmd_info(args) -> int:
               + "".join(f"\n                {r.shapes}: {r.tuned_us:.1f} us tuned vs {r.rules_us:.1f} us rules"
                         for r in found))
     if op.impl is not None:
-        impl = op.impl if op.state != "invoke" else op.forward_op.impl
+        impl = op.implementation
         print(f"  dtypes      : {', '.join(impl.dtypes)}")
         print(f"  te          : {impl.source_file} ({impl.module}.{impl.name}, {type(impl).__name__})")
         from . import schedules
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=0, help="build processes (default: all cores)")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("build", help="ahead-of-time kernel libraries (one .so per dtype, manifest)")
+    p = sub.add_parser("build", help="ahead-of-time kernel libraries (shards of ops per dtype, manifest)")
     p.add_argument("--target", default="llvm", help="llvm, llvm:<cpu> or cuda (default llvm)")
     p.add_argument("--arch", default="sm_80,sm_90", help="CUDA arches (default sm_80,sm_90)")
     p.add_argument("--dtype", default="float32", help="comma-separated dtypes (default float32)")

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-__all__ = ["KernelStats", "CubinResult", "compile_cubin", "nvcc_path", "device_source",
+__all__ = ["KernelStats", "CubinResult", "compile_cubin", "nvcc_path", "device_source", "fatbin_contents",
            "install_load_time_compiler"]
 
 NVCC_FLAGS = (
@@ -141,6 +141,28 @@ def _cached_cubin(source_hash: str, arch: str, source: str) -> bytes:
         fh.write(data)
     os.replace(tmp, path)
     return data
+
+
+_FATBIN_MAGIC = 0xBA55ED50
+_FATBIN_KINDS = {1: "ptx", 2: "elf"}
+
+
+def fatbin_contents(data: bytes) -> list[tuple[str, str]]:
+    """(kind, arch) of each image in a fatbin, e.g. [("elf", "sm_80"), ("ptx", "sm_90")]: what
+    ``cuobjdump --list-elf/--list-ptx`` shows, read from the container's headers (a 16-byte file
+    header, then per image a header holding kind, header size, padded payload size and, at byte
+    28, the SM version)."""
+    import struct
+    if len(data) < 16 or struct.unpack_from("<I", data)[0] != _FATBIN_MAGIC:
+        raise ValueError("not a CUDA fatbin (bad magic)")
+    _, _, header, size = struct.unpack_from("<IHHQ", data)
+    images, offset = [], header
+    while offset < min(header + size, len(data)):
+        kind, _, image_header, padded = struct.unpack_from("<HHII", data, offset)
+        sm = struct.unpack_from("<I", data, offset + 28)[0]
+        images.append((_FATBIN_KINDS.get(kind, f"kind{kind}"), f"sm_{sm}"))
+        offset += image_header + padded
+    return images
 
 
 PREBUILT: dict[str, str] = {}     # sha256 of a device source -> path of its prebuilt fatbin

@@ -48,6 +48,12 @@ class Op:
     def available(self) -> bool:
         return self.state in ("implemented", "invoke")
 
+    @property
+    def implementation(self) -> "OpImpl | None":
+        """The TE implementation whose dtypes, family and examples describe this op's kernels
+        (for an invoke op, the forward op's)."""
+        return self.forward_op.impl if self.state == "invoke" else self.impl
+
 
 def _discover() -> dict[str, OpImpl]:
     te_defs = importlib.import_module("tvmgrad.te_defs")

@@ -10,13 +10,12 @@ it is fixed to 0 here and the CUDA-only parts (atomics) drop out before scheduli
 
 from __future__ import annotations
 
+from .. import TARGET_FLAG
 from ..analysis import loop_letters, top_blocks
 from ..loops import each_nest
 from ._parallel import parallel, spatial
 
 __all__ = ["schedule", "specialise", "annotated_first", "with_annotated"]
-
-TARGET_FLAG = "tvmgrad_on_cuda"
 
 
 def schedule(sch, target=None):

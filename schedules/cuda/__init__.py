@@ -58,8 +58,3 @@ def _dlight(mod, target):
     sch = s_tir.Schedule(scheduled)
     check_all_bound(sch)
     return scheduled
-
-
-# the names schedules/cuda/rnn_plain.py uses
-_check_all_bound = check_all_bound
-_already_bound = is_bound

@@ -6,9 +6,9 @@ the generic rules it never hands such kernels to dlight. Every block ends up bou
 
 from __future__ import annotations
 
-from .. import cuda as generic
-from ..analysis import analyze, top_blocks
+from ..analysis import analyze, is_bound, top_blocks
 from . import _elementwise as elementwise
+from ._threads import check_all_bound
 
 __all__ = ["schedule", "per_element"]
 
@@ -17,7 +17,7 @@ RED_THREADS = 128
 
 def schedule(sch, target=None):
     per_element(sch)
-    generic._check_all_bound(sch)
+    check_all_bound(sch)
     return sch.mod
 
 
@@ -29,7 +29,7 @@ def per_element(sch) -> None:
         if not info.loops:
             raise RuntimeError(f"block {info.name!r} has no loop to bind to CUDA threads")
         outer = sch.get_sref(info.loops[0])
-        if any(outer.same_as(s) for s in seen) or generic._already_bound(sch, info.loops):
+        if any(outer.same_as(s) for s in seen) or is_bound(sch, info.loops):
             seen.append(outer)
             continue
         if info.is_reduction:

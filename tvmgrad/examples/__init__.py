@@ -84,10 +84,18 @@ def cast(value, dtype: str):
     return value
 
 
+def each_tensor(first, *others):
+    """One tuple per tensor of an output, for checks that walk outputs: (first[i], other[i], ...)
+    for a Tensor[] output (``first`` a list), else the one tuple (first, *others)."""
+    if isinstance(first, list):
+        return zip(first, *others)
+    return [(first, *others)]
+
+
 def float_dtypes(op: str) -> list[str]:
     """The real float dtypes ``op`` supports (of an invoke op: its forward op's)."""
     entry = registry.get(op)
-    impl = entry.forward_op.impl if entry.state == "invoke" else entry.impl
+    impl = entry.implementation
     return [d for d in ("float32", "float64", "float16", "bfloat16") if d in impl.dtypes]
 
 
@@ -143,7 +151,7 @@ def implemented_ops(kind: str | None = None) -> list[str]:
     for op in registry.ops().values():
         if op.is_forward or not op.available:
             continue
-        impl = op.forward_op.impl if op.state == "invoke" else op.impl
+        impl = op.implementation
         if kind is None or impl.family_kind == kind:
             out.append(op.name)
     return out

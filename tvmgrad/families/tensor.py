@@ -25,7 +25,8 @@ from ..dtypes import FLOATS, DType
 from .base import Arg, OpImpl, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
 
-__all__ = ["tensor_op", "TensorOp", "builder_kwargs", "call_builder", "output_params"]
+__all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
+           "kernel_params", "output_params"]
 
 
 class TensorOp(OpImpl):
@@ -110,13 +111,7 @@ class TensorOp(OpImpl):
             tensors[n] = [holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list) else holder(n, m)
         scalars = {n: te.var(n, dt.compute) for n in runtime}
         result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        params = []
-        for n in metas:
-            if n not in spec.no_need_buffer:
-                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += [scalars[n] for n in runtime]
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
+        return self.prim_func(spec, kernel_params(spec, tensors, scalars.values(), outs, result))
 
 
 def builder_kwargs(spec, *sources) -> dict:
@@ -141,10 +136,27 @@ def output_params(spec, outs, result) -> list:
     return params
 
 
+def kernel_params(spec, tensors, scalars, outs, result) -> list:
+    """A kernel's parameters in the order ``plan`` lists its args: the input placeholders (dict in
+    plan order; a Tensor[] input gives each element) except no_need_buffer ones, then the runtime
+    scalar vars, then the produced outputs (``output_params``)."""
+    params = []
+    for n, t in tensors.items():
+        if n not in spec.no_need_buffer:
+            params += t if isinstance(t, list) else [t]
+    params += list(scalars)
+    params += output_params(spec, outs, result)
+    return params
+
+
 def call_builder(fn, spec, kwargs, *, multi=None) -> list:
-    """Run a builder and return one result per YAML output. A single-output op's builder returns
+    """Run a builder and return one result per YAML output (``builder_outputs``)."""
+    return builder_outputs(spec, fn(**kwargs), multi=multi)
+
+
+def builder_outputs(spec, result, *, multi=None) -> list:
+    """A builder's return value as one result per YAML output. A single-output op's builder returns
     the tensor itself; ``multi`` overrides that (an op whose builder always returns a tuple)."""
-    result = fn(**kwargs)
     many = len(spec.outputs) > 1 if multi is None else multi
     result = list(result) if many and isinstance(result, (tuple, list)) else [result]
     if len(result) != len(spec.outputs):

@@ -1,0 +1,138 @@
+"""Emitting a tvmgrad op into a Relax function: a ``call_tir`` to its PrimFunc with output types
+from our InferMeta (Relax shape variables stay symbolic), and scheduling such kernels for a target."""
+
+from __future__ import annotations
+
+from .. import registry, schedules
+from ..call import bind
+from ..infer_meta import TensorMeta
+
+__all__ = ["emit", "schedule_kernels"]
+
+
+def _meta(expr) -> TensorMeta:
+    ty = expr.ty
+    if not hasattr(ty, "shape") or ty.shape is None:
+        raise TypeError(f"tvmgrad.relax: {expr} has no known shape ({ty})")
+    return TensorMeta(list(ty.shape.values), ty.dtype)
+
+
+def _metas(value):
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [_meta(v) for v in value]
+    return _meta(value)
+
+
+def _same(a, b) -> bool:
+    from ..infer_meta import same_shape
+    return same_shape(tuple(a), tuple(b))
+
+
+def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
+    """Emit ``op`` into the dataflow block ``bb`` is building; returns the output expr (a tuple of
+    them, in YAML output order, for several outputs; None for an output that is not produced).
+
+    ``target`` (optional) schedules the kernel with tvmgrad's rules for that target; without it
+    the kernel is left to the Relax pipeline (dlight on CUDA, default lowering on CPU)."""
+    from tvm import relax, tirx
+
+    from ..fastmath import install
+    install()          # float32 exp/erf on LLVM as vectorisable polynomials (process-wide rule)
+    entry = registry.get(op)
+    if not entry.available:
+        raise NotImplementedError(f"{op}: not implemented")
+    call = bind(entry.spec, {k: _metas(v) for k, v in inputs.items()}, attrs, metas_only=True)
+    outs = registry.infer_outputs(entry, call)
+    plan = entry.impl.plan(call, outs)
+    exprs = {}
+    for name, value in inputs.items():
+        exprs[name] = value
+    results = {}
+    if plan.make is not None:
+        func = plan.make().with_attr("global_symbol", plan.symbol)
+        func = func.with_attr("tvmgrad.op", op).with_attr("tvmgrad.pattern", plan.pattern)
+        # opaque to Relax's FuseOps: our kernels take coalesced views with their own symbolic
+        # dims, which FuseTIR cannot merge with a neighbour's buffers
+        func = func.with_attr("op_pattern", 8)
+        if target is not None:
+            from ..targets import resolve
+            func = schedules.apply(func, resolve(target).target, plan.pattern)["main"]
+            func = func.with_attr("tirx.is_scheduled", True)
+        else:
+            func = _cpu_form(func)
+            _PLANS[plan.symbol] = plan
+        gvar = bb.add_func(func, plan.symbol)
+        args, out_tys, out_names = [], [], []
+        for a in plan.args:
+            if a.kind == "scalar":
+                args.append(relax.prim_value(tirx.const(a.value, a.dtype)))
+            elif a.kind == "input":
+                expr = exprs[a.name] if a.index is None else exprs[a.name][a.index]
+                meta = _meta(expr)
+                if a.shape is not None and not _same(a.shape, meta.shape):
+                    expr = bb.emit(relax.op.reshape(expr, list(a.shape)))
+                args.append(expr)
+            else:
+                meta = outs[entry.spec.output_names.index(a.name)]
+                meta = meta[a.index] if a.index is not None else meta
+                shape = a.shape if a.shape is not None else meta.shape
+                out_tys.append(relax.TensorType(list(shape), meta.dtype.storage))
+                out_names.append((a.name, a.index, meta))
+        value = bb.emit(relax.call_tir(gvar, args, out_tys if len(out_tys) > 1 else out_tys[0]))
+        for i, (name, index, meta) in enumerate(out_names):
+            item = bb.emit(relax.TupleGetItem(value, i)) if len(out_tys) > 1 else value
+            if not _same(_meta(item).shape, meta.shape):
+                item = bb.emit(relax.op.reshape(item, list(meta.shape)))
+            if index is None:
+                results[name] = item
+            else:
+                results.setdefault(name, {})[index] = item
+    for name, (src, shape) in plan.aliases.items():
+        results[name] = bb.emit(relax.op.reshape(exprs[src], list(shape)))
+    ordered = []
+    for o in entry.spec.outputs:
+        value = results.get(o.name)
+        if isinstance(value, dict):
+            value = [value[i] for i in sorted(value)]
+        ordered.append(value)
+    return ordered[0] if len(ordered) == 1 else tuple(ordered)
+
+
+_PLANS: dict = {}        # symbol -> plan of kernels emitted unscheduled (schedule_kernels remakes them)
+
+
+def _cpu_form(func):
+    """Index kernels carry a CPU and a CUDA form, picked by a scalar parameter that the schedule
+    rules fix. A kernel left to the Relax pipeline gets the CPU form (what its default lowering
+    can run); ``schedule_kernels`` remakes it for the target it is given."""
+    from tvm import tirx
+    flag = [p for p in func.params if p.name == schedules.TARGET_FLAG]
+    return func.specialize({flag[0]: tirx.IntImm("int64", 0)}) if flag else func
+
+
+def schedule_kernels(mod, target):
+    """Schedule every unscheduled tvmgrad kernel of a Relax module with tvmgrad's rules for
+    ``target`` (the Relax pipeline then leaves them alone and schedules TVM's own kernels)."""
+    from tvm import tirx
+
+    from ..targets import resolve
+    tgt = resolve(target)
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "tvmgrad.op" not in func.attrs:
+            continue
+        if "tirx.is_scheduled" in func.attrs:
+            continue
+        plan = _PLANS.get(str(gvar.name_hint))
+        if plan is not None:            # remade: its target-specific form, not the CPU one
+            attrs = {k: func.attrs[k] for k in func.attrs.keys()}
+            func = plan.make()
+            for key, value in attrs.items():
+                func = func.with_attr(key, value)
+        scheduled = schedules.apply(func, tgt.target, str(func.attrs["tvmgrad.pattern"]))["main"]
+        updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
