@@ -25,13 +25,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-import numbers
 import threading
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpError, Plan
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
-from tvmgrad.infer_meta import TensorMeta
+from tvmgrad.infer_meta import TensorMeta, is_symbolic
 # (imported for their registrations: infer_meta._load_all skips loading once any module has
 # registered, which another te_defs module's direct import may have done first)
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -121,8 +120,8 @@ class IndexOp(TensorOp):
             return viewed_one(name, meta, views[name])
 
         def viewed_one(name, meta, shape):
-            shape = tuple(d if _symbolic(d) else int(d) for d in shape)   # Relax shape vars stay
-            if not any(map(_symbolic, shape)) and math.prod(shape) != math.prod(meta.shape):
+            shape = tuple(d if is_symbolic(d) else int(d) for d in shape)   # Relax shape vars stay
+            if not any(map(is_symbolic, shape)) and math.prod(shape) != math.prod(meta.shape):
                 raise RuntimeError(f"{op}: view {shape} of {name} {meta.shape}")
             return TensorMeta(shape, meta.dtype)
 
@@ -210,11 +209,6 @@ class IndexOp(TensorOp):
         if flag is not None:
             params.append(flag)
         return self.prim_func(spec, params)
-
-
-def _symbolic(dim) -> bool:
-    """A dim that is a symbolic expression (a Relax shape variable), not a number."""
-    return not isinstance(dim, numbers.Integral) and not hasattr(dim, "value")
 
 
 def on_cuda():

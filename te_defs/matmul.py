@@ -37,6 +37,7 @@ from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, k
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
+from tvmgrad.infer_meta import is_symbolic
 from tvmgrad.lazy import te, tirx
 
 __all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "const", "main_attrs", "SRC_ROOT", "SRC_TILE",
@@ -125,7 +126,8 @@ class DenseOp(TensorOp):
                        if p.name not in runtime and p.name not in self.ignore)
         sizes = [math.prod(m.shape) for m in all_metas.values()
                  for m in (m if isinstance(m, list) else [m])]
-        idx = "int32" if max(sizes, default=0) < SMALL else "int64"
+        small = not any(map(is_symbolic, sizes)) and max(sizes, default=0) < SMALL
+        idx = "int32" if small else "int64"
         key = ("dense", op, dt.name, layout, out_layout, static, view.info, idx)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         args = []
@@ -158,7 +160,7 @@ class DenseOp(TensorOp):
     @staticmethod
     def _shape(op, name, tpl, sizes, meta):
         shape = tuple(sizes[d] if isinstance(d, str) else int(d) for d in tpl)
-        if math.prod(shape) != math.prod(meta.shape):
+        if not any(map(is_symbolic, shape + tuple(meta.shape))) and math.prod(shape) != math.prod(meta.shape):
             raise RuntimeError(f"{op}: view {list(shape)} of {name} {list(meta.shape)}")
         return shape
 
@@ -225,7 +227,10 @@ PAD_K = 16     # padding of a contraction's first reduction axis (the CUDA stagi
 def grain(n: int) -> int:
     """The padding granularity of a tiled axis of extent n (known when planning): 64 (the
     largest tile of any schedule) for long axes, the smallest grain holding n for short ones,
-    so that a short axis is not computed 64 wide. Part of the kernel key."""
+    so that a short axis is not computed 64 wide (a symbolic extent counts as long). Part of the
+    kernel key."""
+    if is_symbolic(n):
+        return 64
     return next((g for g in GRAINS if g >= n), 64) if n < 48 else 64
 
 

@@ -584,8 +584,7 @@ def test_sort_gradient_uses_argsort_grad(descending):
     np.testing.assert_allclose(gx, want, rtol=1e-6)
 
 
-def test_matmul_with_symbolic_dims_falls_back_to_tvm():
-    """bmm_grad's planner needs static sizes: a symbolic batch goes to TVM's matmul gradient."""
+def test_matmul_with_symbolic_dims_uses_bmm_grad_at_any_size():
     n = tirx.Var("n", "int64")
     x = relax.Var("x", relax.TensorType((n, 3, 4), "float32"))
     y = relax.Var("y", relax.TensorType((4, 5), "float32"))
@@ -595,11 +594,14 @@ def test_matmul_with_symbolic_dims_falls_back_to_tvm():
             out = bb.emit_output(bb.emit(relax.op.sum(relax.op.matmul(x, y))))
         bb.emit_func_output(out)
     grad_mod = relax.transform.Gradient("main")(bb.get())
-    assert "bmm_grad" not in _tvmgrad_kernels(grad_mod)
+    assert "bmm_grad" in _tvmgrad_kernels(grad_mod)
+    vm = _vm(grad_mod)
     rng = np.random.default_rng(22)
-    X, Y = rng.standard_normal((2, 3, 4)).astype("float32"), rng.standard_normal((4, 5)).astype("float32")
-    _, (gx, gy) = _vm(grad_mod)["main_adjoint"](tvm.runtime.tensor(X), tvm.runtime.tensor(Y))
-    _check([gx.numpy(), gy.numpy()], [np.ones((2, 3, 5)) @ Y.T, X.reshape(6, 4).T @ np.ones((6, 5))], rtol=1e-5)
+    for rows in (2, 7):                                     # one compiled graph, any batch
+        X, Y = rng.standard_normal((rows, 3, 4)).astype("float32"), rng.standard_normal((4, 5)).astype("float32")
+        _, (gx, gy) = vm["main_adjoint"](tvm.runtime.tensor(X), tvm.runtime.tensor(Y))
+        _check([gx.numpy(), gy.numpy()], [np.ones((rows, 3, 5)) @ Y.T, X.reshape(-1, 4).T @ np.ones((rows * 3, 5))],
+               rtol=1e-5)
 
 
 @pytest.mark.parametrize("method,mode,rounding,paddle_kw", [

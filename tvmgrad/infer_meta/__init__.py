@@ -33,6 +33,11 @@ def _dim(d):
     return int(value) if isinstance(value, int) else d
 
 
+def is_symbolic(d) -> bool:
+    """A dim known only as an expression (a Relax shape variable), not as a number."""
+    return not isinstance(_dim(d), int)
+
+
 def is_one(d) -> bool:
     return isinstance(d, int) and d == 1
 

@@ -318,8 +318,8 @@ def _broadcast_pair(ctx, op, call, out, grad, target):
 def _matmul_grad(ctx, call, out, grad, target):
     """relax.matmul -> bmm_grad on (B, M, K) @ (B, K, N) views: 2-D operands as batch 1, an N-D x
     times a 2-D y with x's leading dims folded into rows, equal batch dims folded into one;
-    1-D operands via a unit dim. Other broadcasting, mixed dtypes, out_dtype and symbolic dims
-    (te_defs/matmul.py's dense planner needs static sizes: grain(), view checks): TVM's gradient."""
+    1-D operands via a unit dim; symbolic dims stay symbolic. Other broadcasting, mixed dtypes
+    and out_dtype: TVM's gradient."""
     from tvm import relax
     from tvm.sym import Analyzer
     x, y = call.args
@@ -339,8 +339,6 @@ def _matmul_grad(ctx, call, out, grad, target):
         b = _prod(xb)
     else:
         return _tvm_fallback(ctx, call, out, grad, "broadcast batch dims")
-    if not _static([b, m, k, n]):     # te_defs/matmul.py's planner needs static sizes
-        return _tvm_fallback(ctx, call, out, grad, "symbolic dims")
     x3 = ctx.emit(relax.op.reshape(x, [b, m, k]))
     y3 = ctx.emit(relax.op.reshape(y, [b, k, n]))
     g3 = ctx.emit(relax.op.reshape(grad, [b, m, n]))
