@@ -29,8 +29,8 @@ import threading
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpError, Plan
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
-from tvmgrad.infer_meta import TensorMeta, is_symbolic
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
+from tvmgrad.infer_meta import TensorMeta
 # (imported for their registrations: infer_meta._load_all skips loading once any module has
 # registered, which another te_defs module's direct import may have done first)
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -120,10 +120,7 @@ class IndexOp(TensorOp):
             return viewed_one(name, meta, views[name])
 
         def viewed_one(name, meta, shape):
-            shape = tuple(d if is_symbolic(d) else int(d) for d in shape)   # Relax shape vars stay
-            if not any(map(is_symbolic, shape)) and math.prod(shape) != math.prod(meta.shape):
-                raise RuntimeError(f"{op}: view {shape} of {name} {meta.shape}")
-            return TensorMeta(shape, meta.dtype)
+            return TensorMeta(view_shape(op, name, shape, {}, meta), meta.dtype)
 
         vmetas = {n: viewed(n, m) for n, m in metas.items()}
         kept = [None if o.name in self.alias else m for o, m in zip(spec.outputs, outs)]

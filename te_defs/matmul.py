@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families import OpError
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params, view_shape
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -108,10 +108,10 @@ class DenseOp(TensorOp):
             meta = all_metas[name]
             if isinstance(meta, list):
                 templates[name] = tuple(tuple(t) for t in tpl)
-                shapes[name] = [self._shape(op, name, t, view.sizes, m) for t, m in zip(tpl, meta)]
+                shapes[name] = [view_shape(op, name, t, view.sizes, m) for t, m in zip(tpl, meta)]
             else:
                 templates[name] = tuple(tpl)
-                shapes[name] = self._shape(op, name, tpl, view.sizes, meta)
+                shapes[name] = view_shape(op, name, tpl, view.sizes, meta)
 
         def layout_of(name, meta):
             if isinstance(meta, list):
@@ -156,13 +156,6 @@ class DenseOp(TensorOp):
                     make=lambda: self._build(spec, metas, outs, templates, runtime, attrs, dt, info,
                                              idx),
                     args=tuple(args), pattern=self.pattern)
-
-    @staticmethod
-    def _shape(op, name, tpl, sizes, meta):
-        shape = tuple(sizes[d] if isinstance(d, str) else int(d) for d in tpl)
-        if not any(map(is_symbolic, shape + tuple(meta.shape))) and math.prod(shape) != math.prod(meta.shape):
-            raise RuntimeError(f"{op}: view {list(shape)} of {name} {list(meta.shape)}")
-        return shape
 
     def _build(self, spec, metas, outs, templates, runtime, attrs, dt, info, idx="int64"):
         symbols = {}

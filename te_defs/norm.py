@@ -21,7 +21,8 @@ from tvmgrad.lazy import te, tirx
 from tvmgrad.dtypes import HALF, dtype as as_dtype, to_compute
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
+from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
+from tvmgrad.infer_meta import same_dim, same_shape
 # Register the InferMetas these ops name even when another module has already filled the
 # registry (infer_meta._load_all() stops at the first registration it sees).
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
@@ -69,10 +70,7 @@ class ViewOp(TensorOp):
         for name, tpl in templates.items():
             if name not in all_metas:
                 continue
-            shape = tuple(sizes[d] if isinstance(d, str) else int(d) for d in tpl)
-            if math.prod(shape) != math.prod(all_metas[name].shape):
-                raise RuntimeError(f"{op}: view {list(shape)} of {name} {list(all_metas[name].shape)}")
-            shapes[name] = shape
+            shapes[name] = view_shape(op, name, tpl, sizes, all_metas[name])
         templates = {n: tuple(t) for n, t in templates.items() if n in all_metas}
         layout = tuple((n, templates.get(n, metas[n].ndim), metas[n].dtype.name) for n in present)
         out_layout = tuple(None if m is None else (templates.get(o, m.ndim), m.dtype.name)
@@ -176,7 +174,7 @@ def canonical(op, axis, rank, name="axis"):
 
 def need_same_shape(op, call, a, b):
     sa, sb = call.meta(a).shape, call.meta(b).shape
-    if tuple(sa) != tuple(sb):
+    if not same_shape(sa, sb):
         raise OpError(f"{op}: input {b!r} has shape {list(sb)}, expected {list(sa)} (the shape of {a!r})")
 
 
@@ -231,7 +229,7 @@ def _rows_cols(call, cols_of, rows_of):
     for names, size, what in ((cols_of, cols, "the normalised size"), (rows_of, rows, "one per row")):
         for n in names:
             m = call.meta(n)
-            if m is not None and math.prod(m.shape) != size:
+            if m is not None and not same_dim(math.prod(m.shape), size):
                 raise OpError(f"{call.op}: input {n!r} has shape {list(m.shape)}, expected {size} "
                               f"elements ({what}: x is {list(shape)} with begin_norm_axis={b})")
     return rows, cols
@@ -378,7 +376,7 @@ def _gn_views(call, outs):
         need_same_shape(op, call, "x", name)
     for name, size in (("scale", c), ("bias", c), ("mean", n * g), ("variance", n * g)):
         m = call.meta(name)
-        if m is not None and math.prod(m.shape) != size:
+        if m is not None and not same_dim(math.prod(m.shape), size):
             raise OpError(f"{op}: input {name!r} has shape {list(m.shape)}, expected {size} "
                           f"elements (x is {list(shape)}, groups={g}, {fmt})")
     check_param_dtype(op, call, ("scale", "bias", "mean", "variance"))

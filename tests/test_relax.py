@@ -652,3 +652,42 @@ def test_topk_gradient_uses_topk_grad(ret_type):
     want = np.zeros_like(x)
     np.put_along_axis(want, np.argsort(x, axis=1)[:, :2], w, axis=1)
     np.testing.assert_allclose(gx, want, rtol=1e-6)
+
+
+_NORMS = {
+    "rms_norm": ([(6,), (6,)], lambda x, w: relax.op.nn.rms_norm(x, w, axes=[-1])),
+    "group_norm": ([(4, 5), (4,), (4,)],
+                   lambda x, w, b: relax.op.nn.group_norm(x, w, b, num_groups=2, channel_axis=1, axes=[2])),
+    "instance_norm": ([(4, 5), (4,), (4,)],
+                      lambda x, w, b: relax.op.nn.instance_norm(x, w, b, channel_axis=1, axes=[2])),
+}
+
+
+@pytest.mark.parametrize("norm", sorted(_NORMS))
+def test_norm_gradients_with_a_symbolic_batch_match_static_ones(norm):
+    """One symbolic-batch graph (statistics recomputed in Relax, the tvmgrad kernel symbolic)
+    gives the grads of the static graphs, which the Paddle tests above check."""
+    tails, body = _NORMS[norm]
+    rng = np.random.default_rng(31)
+    weights = [rng.standard_normal(t).astype("float32") for t in tails[1:]]
+
+    def graph(batch):
+        shapes = [(batch, *tails[0])] + tails[1:]
+        params = [relax.Var(f"a{i}", relax.TensorType(s, "float32")) for i, s in enumerate(shapes)]
+        bb = relax.BlockBuilder()
+        with bb.function("main", params):
+            with bb.dataflow():
+                out = bb.emit_output(bb.emit(relax.op.sum(relax.op.multiply(body(*params), body(*params)))))
+            bb.emit_func_output(out)
+        return relax.transform.Gradient("main")(bb.get())
+
+    symbolic = graph(tirx.Var("n", "int64"))
+    assert f"{norm}_grad" in _tvmgrad_kernels(symbolic)
+    vm = _vm(symbolic)
+    for rows in (1, 3):
+        x = rng.standard_normal((rows, *tails[0])).astype("float32")
+        args = [tvm.runtime.tensor(a) for a in [x] + weights]
+        _, got = vm["main_adjoint"](*args)
+        _, want = _vm(graph(rows))["main_adjoint"](*args)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)

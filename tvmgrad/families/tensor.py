@@ -19,14 +19,16 @@ schedule module to use, ``schedules/<target>/<pattern>.py``; default: the generi
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Callable
 
 from ..dtypes import FLOATS, DType
+from ..infer_meta import is_symbolic, same_dim
 from .base import Arg, OpImpl, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
 
 __all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
-           "kernel_params", "output_params"]
+           "kernel_params", "output_params", "view_shape"]
 
 
 class TensorOp(OpImpl):
@@ -167,3 +169,13 @@ def builder_outputs(spec, result, *, multi=None) -> list:
 
 tensor_op = TensorOp.decorator  # @tensor_op: a whole-tensor TE builder (module docstring)
 
+
+def view_shape(op: str, name: str, template, sizes: dict, meta) -> tuple:
+    """The shape a kernel sees ``name`` with: ``template``'s dims resolved (names from ``sizes``,
+    numbers as they are; symbolic dims of a Relax graph stay symbolic). A view must hold exactly
+    the tensor's elements; a mismatch is a planner bug, not a user error."""
+    shape = tuple(sizes[d] if isinstance(d, str) else d for d in template)
+    shape = tuple(d if is_symbolic(d) else int(d) for d in shape)
+    if not same_dim(math.prod(shape), math.prod(meta.shape)):
+        raise RuntimeError(f"{op}: view {list(shape)} of {name} {list(meta.shape)}")
+    return shape

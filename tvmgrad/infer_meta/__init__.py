@@ -43,11 +43,15 @@ def is_one(d) -> bool:
 
 
 def same_dim(a, b) -> bool:
-    """Equal dims; a symbolic dim equals only itself (structurally)."""
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a == b
+    """Equal dims; symbolic dims are equal when TVM's arithmetic proves it (n·12 = n·3·4)."""
+    a, b = _dim(a), _dim(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
     import tvm_ffi
-    return bool(tvm_ffi.structural_equal(a, b))
+    if tvm_ffi.structural_equal(a, b):
+        return True
+    from tvm.sym import Analyzer                 # symbolic dims: a Relax graph, tvm is loaded
+    return bool(Analyzer().can_prove_equal(a, b))
 
 
 def same_shape(a, b) -> bool:

@@ -14,7 +14,7 @@ Output dtypes follow Paddle 3.3.1's kernel registrations, which the YAML does no
 from __future__ import annotations
 
 from ..dtypes import HALF
-from . import MetaError, TensorMeta, register
+from . import MetaError, TensorMeta, register, same_shape
 from ._common import need as _need
 
 __all__ = ["param_dtype_ok", "check_param"]
@@ -32,12 +32,12 @@ def check_param(param: TensorMeta | None, x: TensorMeta, name: str, shape=None) 
         allowed = f"{x.dtype.name} or float32" if x.dtype.name in HALF else x.dtype.name
         raise MetaError(f"input {name!r} has dtype {param.dtype.name}, expected {allowed} "
                         f"(the dtype of x is {x.dtype.name})")
-    if shape is not None and tuple(param.shape) != tuple(shape):
+    if shape is not None and not same_shape(param.shape, shape):
         raise MetaError(f"input {name!r} has shape {list(param.shape)}, expected {list(shape)}")
 
 
 def _same_shape(a: TensorMeta, b: TensorMeta, an: str, bn: str) -> None:
-    if tuple(a.shape) != tuple(b.shape):
+    if not same_shape(a.shape, b.shape):
         raise MetaError(f"input {bn!r} has shape {list(b.shape)}, expected {list(a.shape)} "
                         f"(the shape of {an!r})")
 

@@ -518,8 +518,6 @@ def _rms_norm_grad(ctx, call, out, grad, target):
     begin = _trailing(x, call.attrs.axes)
     if begin is None:
         return _tvm_fallback(ctx, call, out, grad, "normalised axes must be trailing")
-    if not _static(x):
-        return _tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
     shape = list(x.ty.shape.values)
     rows, cols = _prod(shape[:begin]), _prod(shape[begin:])
     eps = float(call.attrs.epsilon)
@@ -565,8 +563,6 @@ def _group_norm_grad(ctx, call, out, grad, target):
     if rank not in _GN_FORMATS or (c_axis, axes) not in ((1, list(range(2, rank))),
                                                          (rank - 1, list(range(1, rank - 1)))):
         return _tvm_fallback(ctx, call, out, grad, f"channel_axis {c_axis} with axes {axes}")
-    if not _static(x):
-        return _tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
     shape = list(x.ty.shape.values)
     last = c_axis == rank - 1
     if last:
@@ -590,8 +586,6 @@ def _instance_norm_grad(ctx, call, out, grad, target):
     a, rank = call.attrs, x.ty.ndim
     if int(a.channel_axis) % rank != 1 or sorted(int(ax) % rank for ax in a.axes) != list(range(2, rank)):
         return _tvm_fallback(ctx, call, out, grad, "only channel_axis 1 with the rest normalised")
-    if not _static(x):
-        return _tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
     shape = list(x.ty.shape.values)
     mean, inv = _norm_stats(ctx, x, [shape[0], shape[1], _prod(shape[2:])], [2], float(a.epsilon))
     dx, ds, db = emit(ctx, "instance_norm_grad",
