@@ -207,8 +207,9 @@ def _shard_digest(shard: Shard, target, archs, tuning_digest: str) -> str:
     for builder in (__file__, cuda.__file__):          # how shards are built and compiled
         h.update(_file_digest(builder).encode())
     for op in shard.ops:
-        impl = registry.get(op).impl
-        h.update(source_digest(impl, kind, getattr(impl, "pattern", "generic")).encode())
+        entry = registry.get(op)          # an invoke op is scheduled by its forward op's pattern
+        pattern = getattr(entry.implementation, "pattern", "generic")
+        h.update(source_digest(entry.impl, kind, pattern).encode())
     return h.hexdigest()
 
 
@@ -227,9 +228,9 @@ def _cached_shard(folder: pathlib.Path):
     return lib
 
 
-def _obtain_shard(job) -> dict:
-    """A shard's library record, built into the shard cache unless it is there (runs in a worker;
-    a file lock keeps concurrent builds of the same shard to one)."""
+def _obtain_shard(job) -> tuple[str, dict]:
+    """(digest, library record) of a shard, built into the shard cache unless it is there (runs
+    in a worker; a file lock keeps concurrent builds of the same shard to one)."""
     shard, digest, target, archs, db_root = job
     from filelock import FileLock
     folder = _shard_cache(target) / digest
@@ -237,7 +238,7 @@ def _obtain_shard(job) -> dict:
     with FileLock(str(folder) + ".lock"):
         lib = _cached_shard(folder)
         if lib is not None:
-            return lib
+            return digest, lib
         tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=folder.parent))
         try:
             lib = _build_shard(shard, tmp, target, archs, db_root)
@@ -250,7 +251,7 @@ def _obtain_shard(job) -> dict:
             os.replace(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return lib
+    return digest, lib
 
 
 def _build_shard(shard: Shard, out_dir: pathlib.Path, target, archs, db_root) -> dict:
@@ -373,10 +374,9 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
         workers = min(len(todo), jobs or len(os.sched_getaffinity(0)))
         if workers > 1:
             with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                results = pool.imap_unordered(_obtain_shard, todo)
-                _collect(results, todo, cached, bar)
+                _collect(pool.imap_unordered(_obtain_shard, todo), cached, bar)
         else:
-            _collect(map(_obtain_shard, todo), todo, cached, bar)
+            _collect(map(_obtain_shard, todo), cached, bar)
         bar.close()
         libs = []
         for shard, d in work:
@@ -400,11 +400,10 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
     return manifest
 
 
-def _collect(results, todo, cached, bar) -> None:
+def _collect(results, cached, bar) -> None:
     """Record each built shard (in completion order: imap_unordered) and advance the bar."""
-    by_name = {(job[0].dtype, job[0].name): job[1] for job in todo}
-    for lib in results:
-        cached[by_name[(lib["dtype"], lib["shard"])]] = lib
+    for digest, lib in results:
+        cached[digest] = lib
         bar.update(len(lib["ops"]))
 
 

@@ -20,7 +20,7 @@ from ..loops import fuse, keep_in_registers, outside_externs
 from . import _elementwise as elementwise
 from ._threads import bind_threads, check_all_bound
 
-__all__ = ["schedule", "units", "check_bound"]
+__all__ = ["schedule", "schedule_around_externs", "units", "check_bound"]
 
 UNIT_THREADS = 64
 RED_THREADS = 128
@@ -28,13 +28,20 @@ MM_THREADS = 32
 
 
 def schedule(sch, target=None):
-    for block in outside_externs(sch, units):
+    return schedule_around_externs(sch, units, reduction)
+
+
+def schedule_around_externs(sch, schedule_unit, schedule_reduction):
+    """Kernels of sequential extern units: ``schedule_unit`` places each extern block on the
+    device; the blocks around them that are not bound yet are reductions
+    (``schedule_reduction(sch, info)``) or elementwise."""
+    for block in outside_externs(sch, schedule_unit):
         loops = sch.get_loops(block)
         if is_bound(sch, loops):
             continue
         info = analyze(sch, block)
         if info.is_reduction:
-            reduction(sch, info)
+            schedule_reduction(sch, info)
         else:
             elementwise.schedule(sch, loops)
     check_bound(sch)

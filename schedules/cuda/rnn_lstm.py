@@ -11,11 +11,9 @@ Every block ends up bound to threads (checked).
 
 from __future__ import annotations
 
-from ..analysis import analyze, is_bound
-from ..loops import keep_in_registers, outside_externs
-from . import _elementwise as elementwise
+from ..loops import keep_in_registers
 from ._threads import bind_threads, thread_per_output
-from .la_seq import check_bound
+from .la_seq import schedule_around_externs
 
 __all__ = ["schedule"]
 
@@ -24,17 +22,7 @@ RED_THREADS = 128
 
 
 def schedule(sch, target=None):
-    for block in outside_externs(sch, _units):
-        loops = sch.get_loops(block)
-        if is_bound(sch, loops):
-            continue
-        info = analyze(sch, block)
-        if info.is_reduction:
-            _reduction(sch, info)
-        else:
-            elementwise.schedule(sch, loops)
-    check_bound(sch)
-    return sch.mod
+    return schedule_around_externs(sch, _units, _reduction)
 
 
 def _units(sch, block) -> None:
