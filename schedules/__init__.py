@@ -46,26 +46,12 @@ def apply(func, target, pattern: str = "generic"):
 
 
 def source_files(target_kind: str, pattern: str = "generic") -> list[str]:
-    """Files whose text decides the schedule (part of every cache key): the generic rules, the
-    pattern module and every schedules module it imports."""
+    """The rule files that decide a schedule: the generic rules and their helpers, and the
+    pattern's module. (What those import is followed by ``tvmgrad.sources``, from the source
+    text: a module's globals would depend on which modules the process happened to import.)"""
     sub = _HERE / _dir(target_kind)
     files = [_HERE / "__init__.py", _HERE / "analysis.py", _HERE / "loops.py", sub / "__init__.py"]
     files += [p for p in sorted(sub.glob("_*.py")) if p.name != "__init__.py"]   # generic helpers
     if pattern and (sub / f"{pattern}.py").exists():
-        files += [pathlib.Path(f) for f in _imported_files(pattern_module(target_kind, pattern))]
+        files.append(sub / f"{pattern}.py")
     return [str(f) for f in dict.fromkeys(files)]
-
-
-def _imported_files(module, seen=None) -> list[str]:
-    """A schedules module's file and those of the schedules modules it uses (transitively)."""
-    import inspect
-    seen = seen if seen is not None else set()
-    if module.__name__ in seen:
-        return []
-    seen.add(module.__name__)
-    files = [module.__file__]
-    for value in vars(module).values():
-        owner = value if inspect.ismodule(value) else inspect.getmodule(value)
-        if owner is not None and owner.__name__.startswith(__name__ + ".") and owner is not module:
-            files += _imported_files(owner, seen)
-    return files

@@ -2,11 +2,12 @@
 and sm_90, with every kernel bound to threads and no local-memory spills.
 
 No GPU is needed (nothing runs); the math of the same PrimFuncs is tested on LLVM elsewhere. Work
-is grouped by te_defs family and dtype and spread over a process pool (nvcc dominates).
+is grouped by te_defs family and dtype and spread over a process pool (nvcc dominates); a worker
+that dies (ptxas or TVM crashing the process) fails the run at once naming its family and dtype
+(tvmgrad.workers).
 """
 
 import functools
-import multiprocessing
 import os
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from samples import broadcast_variant, implemented_ops, sample
 from tvmgrad import registry
 from tvmgrad.cuda import nvcc_path
+from tvmgrad.workers import WorkerDied, imap_unordered
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")]
@@ -72,13 +74,33 @@ def _build_group(job):
         return plans, {}, f"{type(exc).__name__}: {exc}"[-3000:]
 
 
+def _build_family(job):
+    """(family, _build_group(job)): results arrive in completion order."""
+    return job[0], _build_group(job)
+
+
+def _describe(job):
+    family, dtype, _ = job
+    return f"{family} [{dtype}]"
+
+
 @functools.cache
-def _results(dtype):
-    """Every family's build in ``dtype``, over a process pool."""
+def _built(dtype):
     jobs = [job for job in _groups() if job[1] == dtype]
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(max(1, min(len(jobs), len(os.sched_getaffinity(0))))) as pool:
-        return dict(zip([f for f, _, _ in jobs], pool.map(_build_group, jobs)))
+    try:
+        return dict(imap_unordered(_build_family, jobs, workers=len(os.sched_getaffinity(0)),
+                                   describe=_describe)), None
+    except WorkerDied as exc:                  # once per dtype, not once per test
+        return None, str(exc)
+
+
+def _results(dtype):
+    """Every family's build in ``dtype``, over a process pool; a worker that died fails every
+    test of the dtype with its family and signal."""
+    results, death = _built(dtype)
+    if death is not None:
+        pytest.fail(f"a build worker died: {death}")
+    return results
 
 
 @pytest.mark.parametrize("family,dtype", [

@@ -11,7 +11,14 @@ ops grouped by their te_defs module, at most ``SHARD_OPS`` ops each. A shard is
   driver;
 
 and one ``manifest.json`` lists each entry point (op, dtype, variant key, argument list, shape
-inference, baked attributes), the target, arches, TVM version and source digests.
+inference, baked attributes), the target, arches, TVM version, source digests and, for a CPU
+library, the CPU it was built for (``"cpu"``: LLVM triple, ``mcpu``, ``mattr`` and the full sorted
+list of LLVM features its code may use).
+
+A CPU library is built for a *portable baseline* by default, not for the build host
+(``baseline_cpu``: ``x86-64-v3`` on x86-64, ``generic`` on aarch64), so that a library built on
+a new server runs on an older one; ``cpu="host"`` (``tvmgrad build --cpu host``) or
+``target="llvm:<cpu>"`` builds for a given CPU instead.
 
 Shards are the unit of work and of reuse: a process pool builds them in parallel, and each built
 shard is kept in the kernel cache (``<cache>/aot/``) under a digest of everything that shapes
@@ -21,7 +28,13 @@ directory is replaced atomically; building again with the same inputs is a no-op
 
 ``load_library(dir)`` plans calls with the same family planners as ``tvmgrad.run`` (pure Python),
 finds the entry point by variant key and calls it through ``tvm_ffi`` and ``libtvm_runtime``:
-``tvm`` itself (the compiler) is never imported.
+``tvm`` itself (the compiler) is never imported. It refuses, with a ValueError rather than a
+crash, a CPU library that needs a CPU feature this host does not enable (it would die of SIGILL:
+``tvmgrad.hostcpu`` says what the host enables) or another architecture, and a shard whose file
+is not the one the manifest's sha256 names (a truncated ``.so`` would die of SIGBUS).
+
+A build killed half way leaves temporary folders; the next build of the same shard (under its
+file lock) or of the same output directory (when the process that made them is gone) removes them.
 """
 
 from __future__ import annotations
@@ -31,24 +44,40 @@ import itertools
 import json
 import os
 import pathlib
+import platform
 import re
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import __version__, registry, rt
+from . import __version__, hostcpu, registry, rt
 from .call import bind
 from .dtypes import FLOATS, dtype as as_dtype
 from .runtime import Launch
 
-__all__ = ["build", "load_library", "Library", "variant_calls", "shards", "MANIFEST"]
+__all__ = ["build", "load_library", "Library", "variant_calls", "shards", "MANIFEST",
+           "baseline_cpu", "BASELINE_CPU"]
 
 MANIFEST = "manifest.json"
-FORMAT = 2
+FORMAT = 3              # 3: CPU libraries record their CPU ("cpu") and default to the baseline
 SHARD_OPS = 12          # ops per shard: small enough to spread over cores and to rebuild alone
 _ARCH = re.compile(r"^sm_\d+a?$")
+
+# The CPU a CPU library is built for unless told otherwise, per architecture (platform.machine()).
+#
+# x86-64-v3 (AVX, AVX2, FMA, F16C, BMI1/2, LZCNT, MOVBE) is what every x86 server since about 2015
+# runs: Intel Haswell (2013) and later Xeons, AMD Zen (2017) and later EPYCs, every current cloud
+# instance type. The kernels are mostly memory-bound and AVX2 with FMA gets most of what SIMD
+# gives them; x86-64-v4 (AVX-512) would shut out every AMD server before Zen 4 and hosts whose
+# hypervisor masks AVX-512. A CPU without AVX2 (old Atoms, some Pentiums) is refused by
+# load_library with a message, it does not crash.
+#
+# aarch64 "generic" is ARMv8-A with NEON: every 64-bit Arm core (Graviton 1-4, Ampere, Apple,
+# Raspberry Pi); --cpu neoverse-n1 or --cpu host gives newer cores their extensions.
+BASELINE_CPU = {"x86_64": "x86-64-v3", "aarch64": "generic"}
 
 
 # ------------------------------------------------------------------------------------------
@@ -123,11 +152,63 @@ def plans_for(op: str, dtype: str) -> list:
 # ------------------------------------------------------------------------------------------
 # Building
 
-def _target_spec(target: str, archs):
+def _machine(name: str) -> str:
+    name = name.lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(name, name)
+
+
+def baseline_cpu(machine: str | None = None) -> str:
+    """The portable LLVM CPU that CPU libraries are built for by default on this architecture
+    (``BASELINE_CPU``; "generic" for an architecture it does not list)."""
+    return BASELINE_CPU.get(_machine(machine or platform.machine()), "generic")
+
+
+def build_target(target: str = "llvm", cpu: str | None = None, archs=("sm_80",)) -> dict:
+    """The target dict a build compiles for.
+
+    ``target``: "llvm", "llvm:<cpu>" (that LLVM CPU, "llvm:host" for this host) or "cuda"
+    (compiled for ``archs[0]``; the fatbin holds every arch). ``cpu``: None for the portable
+    baseline (``baseline_cpu()``), "host" for this host as it really is
+    (``targets.host_cpu_spec``) or an LLVM CPU name. An unknown CPU raises ValueError.
+    """
+    from .targets import cpu_spec, host_cpu_spec
+    if not isinstance(target, str):
+        raise TypeError(f"target must be a string such as 'llvm', 'llvm:znver3' or 'cuda', "
+                        f"got {type(target).__name__}")
+    kind, _, name = target.strip().partition(":")
+    if kind == "cuda":
+        if cpu is not None:
+            raise ValueError("--cpu applies to CPU (llvm) libraries, not to cuda")
+        return {"kind": "cuda", "arch": archs[0]}
+    if kind != "llvm":
+        raise ValueError(f"unknown build target {target!r}: use llvm, llvm:<cpu> or cuda")
+    name, cpu = name.strip(), (cpu.strip() if cpu is not None else None)
+    if name and cpu and name != cpu:
+        raise ValueError(f"target {target!r} names CPU {name!r} and cpu={cpu!r} another one: "
+                         f"name one")
+    name = name or cpu or baseline_cpu()
+    return dict(host_cpu_spec()) if name == "host" else cpu_spec(name)
+
+
+def _target_spec(spec):
     from .targets import resolve
-    if target == "cuda" or target.startswith("cuda"):
-        return resolve({"kind": "cuda", "arch": archs[0]})
-    return resolve(target)
+    return resolve(spec)
+
+
+def _cpu_record(tgt) -> dict | None:
+    """What a CPU library's code needs of the CPU: triple, mcpu, mattr and every LLVM feature."""
+    if tgt.kind != "llvm":
+        return None
+    from tvm.target import codegen
+    attrs = tgt.target.attrs
+    triple = str(attrs.get("mtriple", "") or "") or str(codegen.llvm_get_system_triple())
+    return {"triple": triple, "mcpu": str(attrs.get("mcpu", "") or "generic"),
+            "mattr": [str(a) for a in attrs.get("mattr", ()) or ()],
+            "features": sorted(tgt.features)}
+
+
+def _describe_cpu(cpu: dict) -> str:
+    return cpu["mcpu"] + (f" (mattr {','.join(cpu['mattr'])})" if cpu.get("mattr") else "")
 
 
 def _slug(text: str) -> str:
@@ -194,18 +275,22 @@ def shards(ops, dtypes) -> list[Shard]:
     return out
 
 
-def _shard_digest(shard: Shard, target, archs, tuning_digest: str) -> str:
+def _shard_digest(shard: Shard, spec: dict, archs, tuning_digest: str) -> str:
     """Everything that shapes a shard's code: its ops' sources and schedule rules, TVM, the
-    target and arches, the tuning records (a different digest: a different shard)."""
+    resolved target (CPU and mattr included) and triple, the arches, the tuning records (a
+    different digest: a different shard)."""
     import tvm
 
     from . import cuda
-    from .build import _file_digest, source_digest
-    kind = "cuda" if target.startswith("cuda") else "llvm"
-    h = hashlib.sha256(repr((FORMAT, __version__, tvm.__version__, target, tuple(archs), shard,
+    from .sources import file_digest, source_digest
+    tgt = _target_spec(spec)
+    kind = tgt.kind
+    cpu = _cpu_record(tgt)
+    h = hashlib.sha256(repr((FORMAT, __version__, tvm.__version__, tgt.key,
+                             cpu and cpu["triple"], tuple(archs), shard,
                              tuning_digest)).encode())
     for builder in (__file__, cuda.__file__):          # how shards are built and compiled
-        h.update(_file_digest(builder).encode())
+        h.update(file_digest(builder).encode())
     for op in shard.ops:
         entry = registry.get(op)          # an invoke op is scheduled by its forward op's pattern
         pattern = getattr(entry.implementation, "pattern", "generic")
@@ -213,11 +298,16 @@ def _shard_digest(shard: Shard, target, archs, tuning_digest: str) -> str:
     return h.hexdigest()
 
 
-def _shard_cache(target) -> pathlib.Path:
+def _shard_cache(spec: dict) -> pathlib.Path:
+    """The cache folder of a target's shards: named after its CPU or arch and a digest of its
+    resolved key (x86-64-v3 and host builds never share a folder)."""
     import tvm
 
     from .cache import cache_dir
-    return cache_dir() / "aot" / f"tvm-{_slug(tvm.__version__)}" / _slug(target)
+    tgt = _target_spec(spec)
+    label = str(tgt.target.attrs.get("mcpu", "") or "generic") if tgt.kind == "llvm" else tgt.arch
+    key = hashlib.sha256(tgt.key.encode()).hexdigest()[:10]
+    return cache_dir() / "aot" / f"tvm-{_slug(tvm.__version__)}" / _slug(f"{tgt.kind}-{label}-{key}")
 
 
 def _cached_shard(folder: pathlib.Path):
@@ -231,17 +321,21 @@ def _cached_shard(folder: pathlib.Path):
 def _obtain_shard(job) -> tuple[str, dict]:
     """(digest, library record) of a shard, built into the shard cache unless it is there (runs
     in a worker; a file lock keeps concurrent builds of the same shard to one)."""
-    shard, digest, target, archs, db_root = job
+    shard, digest, spec, archs, db_root = job
     from filelock import FileLock
-    folder = _shard_cache(target) / digest
+    folder = _shard_cache(spec) / digest
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder) + ".lock"):
         lib = _cached_shard(folder)
         if lib is not None:
             return digest, lib
+        # a temp folder of this digest is only ever made under this lock, which we hold: any
+        # left is an orphan of a build killed half way
+        for stale in folder.parent.glob(f".{digest[:12]}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=folder.parent))
         try:
-            lib = _build_shard(shard, tmp, target, archs, db_root)
+            lib = _build_shard(shard, tmp, spec, archs, db_root)
             for name in ("file", "fatbin"):
                 if lib.get(name):
                     lib[name + "_sha256"] = hashlib.sha256((tmp / lib[name]).read_bytes()).hexdigest()
@@ -254,11 +348,11 @@ def _obtain_shard(job) -> tuple[str, dict]:
     return digest, lib
 
 
-def _build_shard(shard: Shard, out_dir: pathlib.Path, target, archs, db_root) -> dict:
+def _build_shard(shard: Shard, out_dir: pathlib.Path, spec, archs, db_root) -> dict:
     """One library: every plan of the shard's ops in its dtype."""
     from .build import compile_lowered, lower
     from .cuda import compile_cubin, device_source, fatbin_contents
-    tgt = _target_spec(target, archs)
+    tgt = _target_spec(spec)
     dtype = shard.dtype
     entries, skipped, funcs = [], [], {}
     for op in shard.ops:
@@ -328,17 +422,21 @@ def _tuning_digest(tuning_db) -> str:
     return h.hexdigest()
 
 
-def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("sm_80", "sm_90"),
-          jobs: int = 0, progress: bool = True, tuning_db=None) -> dict:
-    """Build (or leave, if up to date) an AOT library directory; returns its manifest."""
-    import multiprocessing
+def build(out, *, target: str = "llvm", cpu: str | None = None, dtypes=("float32",), ops=None,
+          archs=("sm_80", "sm_90"), jobs: int = 0, progress: bool = True, tuning_db=None) -> dict:
+    """Build (or leave, if up to date) an AOT library directory; returns its manifest.
+
+    A CPU library is built for the portable baseline (``baseline_cpu()``) unless ``cpu`` ("host"
+    or an LLVM CPU name) or ``target="llvm:<cpu>"`` says otherwise (``build_target``).
+    """
+    from .workers import imap_unordered
 
     out = pathlib.Path(out)
     dtypes = tuple(dtypes)
     for dt in dtypes:
         if dt not in FLOATS:
             raise ValueError(f"unknown dtype {dt!r}: choose from {', '.join(FLOATS)}")
-    is_cuda = target.startswith("cuda")
+    is_cuda = isinstance(target, str) and target.strip().startswith("cuda")
     archs = tuple(archs) if is_cuda else ()
     for arch in archs:
         if not _ARCH.match(arch):
@@ -351,30 +449,32 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
         if not entry.available:
             raise ValueError(f"{op} is not implemented yet")
     ops = tuple(sorted(ops))
-    _target_spec(target, archs or ("sm_80",))            # unknown target -> ValueError
+    spec = build_target(target, cpu, archs or ("sm_80",))    # unknown target or CPU -> ValueError
+    tgt = _target_spec(spec)
     if tuning_db is None:
         from .tune import active_database
         db = active_database()
         tuning_db = str(db.root) if db is not None else None
     tuning = _tuning_digest(tuning_db)
-    work = [(shard, _shard_digest(shard, target, archs, tuning)) for shard in shards(ops, dtypes)]
+    work = [(shard, _shard_digest(shard, spec, archs, tuning)) for shard in shards(ops, dtypes)]
     digest = hashlib.sha256(repr([d for _, d in work]).encode()).hexdigest()
+    _remove_orphans(out)
     current = _read_json(out / MANIFEST)
     if current is not None and current.get("inputs_digest") == digest and _verify(out, current):
         return current
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}-tmp-{_owner()}-", dir=out.parent))
     try:
-        jobs_list = [(shard, d, target, archs, tuning_db) for shard, d in work]
-        cached = {d: _cached_shard(_shard_cache(target) / d) for _, d in work}
+        jobs_list = [(shard, d, spec, archs, tuning_db) for shard, d in work]
+        cached = {d: _cached_shard(_shard_cache(spec) / d) for _, d in work}
         todo = [j for j in jobs_list if cached[j[1]] is None]
         bar = _bar(sum(len(s.ops) for s, _ in work), progress)
         bar.update(sum(len(s.ops) for s, d in work if cached[d] is not None))
         workers = min(len(todo), jobs or len(os.sched_getaffinity(0)))
-        if workers > 1:
-            with multiprocessing.get_context("spawn").Pool(workers) as pool:
-                _collect(pool.imap_unordered(_obtain_shard, todo), cached, bar)
+        if workers > 1:          # a worker that dies raises WorkerDied naming its shard
+            _collect(imap_unordered(_obtain_shard, todo, workers=workers, describe=_describe_job),
+                     cached, bar)
         else:
             _collect(map(_obtain_shard, todo), cached, bar)
         bar.close()
@@ -383,12 +483,12 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
             lib = cached[d]
             for name in ("file", "fatbin"):
                 if lib.get(name):
-                    shutil.copyfile(_shard_cache(target) / d / lib[name], tmp / lib[name])
+                    shutil.copyfile(_shard_cache(spec) / d / lib[name], tmp / lib[name])
             libs.append(dict(lib, shard_digest=d))
         import tvm
         manifest = {
             "format": FORMAT, "tvmgrad": __version__, "tvm": tvm.__version__, "target": target,
-            "target_key": _target_spec(target, archs or ("sm_80",)).key, "archs": list(archs),
+            "target_key": tgt.key, "cpu": _cpu_record(tgt), "archs": list(archs),
             "dtypes": list(dtypes), "ops": list(ops), "inputs_digest": digest, "libraries": libs,
             "tuning_db": tuning_db,
         }
@@ -398,6 +498,11 @@ def build(out, *, target: str = "llvm", dtypes=("float32",), ops=None, archs=("s
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def _describe_job(job) -> str:
+    shard = job[0]
+    return f"shard {shard.name} [{shard.dtype}] ({', '.join(shard.ops)})"
 
 
 def _collect(results, cached, bar) -> None:
@@ -412,11 +517,44 @@ def _bar(total: int, show: bool):
     return tqdm(total=total, unit="op", desc="tvmgrad build", disable=not show)
 
 
+def _owner() -> str:
+    """<host>-<pid>: who made a temporary folder beside an output directory."""
+    return f"{re.sub(r'[^A-Za-z0-9_.]', '_', socket.gethostname())}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                   # PermissionError: a live process of someone else
+        return True
+    return True
+
+
+def _remove_orphans(out: pathlib.Path) -> None:
+    """Remove the temporary folders (``.<out>-tmp-<host>-<pid>-*``, ``.<out>-old-<host>-<pid>``)
+    that builds of ``out`` on this host left when killed: those whose process is gone."""
+    owned = re.compile(rf"\.{re.escape(out.name)}-(?:tmp|old)-(?P<host>[A-Za-z0-9_.]+)-(?P<pid>\d+)"
+                       rf"(?:-[a-z0-9_]+)?")
+    here = _owner().rsplit("-", 1)[0]
+    try:
+        entries = list(out.parent.iterdir())
+    except OSError:
+        return
+    for path in entries:
+        m = owned.fullmatch(path.name)
+        if m and m["host"] == here and not _pid_alive(int(m["pid"])) and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _swap_in(tmp: pathlib.Path, out: pathlib.Path) -> None:
     """Replace ``out`` by ``tmp`` so that readers see the old or the new library, never a mix."""
     old = None
     if out.exists():
-        old = out.with_name(f".{out.name}-old-{os.getpid()}")
+        old = out.with_name(f".{out.name}-old-{_owner()}")
         os.replace(out, old)
     os.replace(tmp, out)
     if old is not None:
@@ -471,6 +609,8 @@ class Library:
             raise ValueError(f"{path}: library format {manifest.get('format')} is not {FORMAT}")
         self.manifest = manifest
         self.is_cuda = manifest["target"].startswith("cuda")
+        if not self.is_cuda:
+            _check_cpu(path, manifest.get("cpu"))
         self.target = _LibTarget("cuda" if self.is_cuda else "llvm",
                                  (manifest["archs"] or [None])[0], manifest["target_key"])
         self._index = {}
@@ -481,11 +621,15 @@ class Library:
         self._modules = {}
 
     def ops(self) -> list[str]:
-        return sorted({op for op, _, _ in self._index})
+        """The ops this library holds kernels for."""
+        return sorted({op for op, *_ in self._index})
 
     def _module(self, lib):
         module = self._modules.get(lib["file"])
         if module is None:
+            for name in ("file", "fatbin"):
+                if lib.get(name):
+                    _check_sha256(self.path / lib[name], lib.get(name + "_sha256"))
             if self.is_cuda:
                 from . import cuda
                 rt.load_runtime(cuda=True)
@@ -519,6 +663,42 @@ class Library:
     def run(self, op: str, inputs: dict | None, attrs: dict | None = None, *, inplace: bool = False,
             **options) -> dict:
         return self.prepare(op, inputs, attrs, **options)(inplace=inplace)
+
+
+def _check_cpu(path: pathlib.Path, cpu: dict | None) -> None:
+    """Refuse a CPU library this host cannot run: another architecture, or code using a CPU
+    feature the host does not enable (it would die of SIGILL on the first call)."""
+    if not cpu or "features" not in cpu:
+        raise ValueError(f"{path}: the manifest does not say which CPU the library is built for; "
+                         f"rebuild it with tvmgrad build")
+    host = hostcpu.host()
+    arch = _machine(cpu["triple"].split("-")[0])
+    if arch != host.arch:
+        raise ValueError(f"{path}: built for {arch} ({cpu['triple']}, {_describe_cpu(cpu)}); this "
+                         f"host is {host.arch}: build the library for this architecture")
+    missing = host.lacks(cpu["features"])
+    if missing:
+        raise ValueError(f"{path}: built for {_describe_cpu(cpu)}: needs {', '.join(missing)}, which "
+                         f"this CPU does not enable (per {host.source}; it would die with an illegal "
+                         f"instruction); rebuild with tvmgrad build --cpu host, or with the default "
+                         f"portable baseline ({baseline_cpu()})")
+
+
+def _check_sha256(path: pathlib.Path, want: str | None) -> None:
+    """Refuse a shard file that is not the one built (a truncated .so would die of SIGBUS)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read this library file ({exc}); rebuild the library "
+                         f"with tvmgrad build") from None
+    got = h.hexdigest()
+    if got != want:
+        raise ValueError(f"{path}: its sha256 {got[:16]}... is not the manifest's "
+                         f"{(want or 'none')[:16]}...: the file is truncated or changed since the "
+                         f"build; rebuild the library with tvmgrad build")
 
 
 def _call_dtype(call) -> str:

@@ -1,10 +1,14 @@
 """``tvmgrad bench``: our LLVM kernels side by side with Paddle CPU, PyTorch CPU and the memory
 roofline (a numpy copy of the same bytes), in one run, as ratios. Timing is the best of
 ``--repeat`` calls after a warm-up; bytes are every input read plus every output written.
+
+Paddle and PyTorch are optional (neither is a tvmgrad dependency: ``pip install paddlepaddle``,
+``pip install tvmgrad[bench]`` for torch): without one, its columns read n/a and a note says why.
 """
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import numpy as np
@@ -78,6 +82,18 @@ def _copy_roofline(nbytes: int, repeat: int) -> float:
 
 # -- Paddle / PyTorch -----------------------------------------------------------------------
 
+OPTIONAL = {"paddle": "pip install paddlepaddle", "torch": "pip install 'tvmgrad[bench]'"}
+
+
+def _optional(name: str):
+    """The framework module, or None when it is not installed (or does not import): its columns
+    read n/a."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
 def _convert(value, make):
     """An input for another framework: ``make(array)`` per array (half types go through float32,
     which numpy-to-framework conversion needs), lists element by element."""
@@ -90,8 +106,9 @@ def _convert(value, make):
 
 
 def _paddle_fn(op, inputs, attrs):
-    import paddle
-
+    paddle = _optional("paddle")
+    if paddle is None:
+        return None
     from .benchrefs import paddle_refs
     paddle.set_device("cpu")
     spec = registry.get(op).spec
@@ -108,9 +125,8 @@ def _paddle_fn(op, inputs, attrs):
 
 
 def _torch_fn(op, inputs, attrs):
-    try:
-        import torch
-    except ImportError:
+    torch = _optional("torch")
+    if torch is None:
         return None
     from .benchrefs import torch_refs
     make = torch_refs().get(op)
@@ -172,6 +188,9 @@ def main(args) -> int:
                              args.repeat, roofline))
     print(f"{args.size} elements, {args.dtype}, TVM threads {os.environ.get('TVM_NUM_THREADS')}, "
           f"copy roofline (numpy copyto) {roofline:.1f} GB/s")
+    for name, how in OPTIONAL.items():
+        if _optional(name) is None:
+            print(f"{name} is not installed: its columns read n/a ({how})")
     header = (f"{'op':<28} {'tvmgrad ms':>10} {'GB/s':>7} {'%roof':>6} {'paddle ms':>10} "
               f"{'x paddle':>8} {'torch ms':>9} {'x torch':>8}")
     print(header)

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import inspect
-import pathlib
-
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered", "source_digest"]
+__all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered"]
 
 
 def lower(plan: Plan, target: Resolved):
@@ -60,31 +55,3 @@ def compile_lowered(funcs: dict, target: Resolved):
             raise RuntimeError(f"CUDA build left no device kernel for {missing} (a block was left "
                                f"unscheduled and would run on the host)")
     return ex
-
-
-@functools.cache
-def _file_digest(path: str) -> str:
-    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
-
-
-def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
-    """Hash of every source file that shapes an op's generated code for a target kind.
-
-    The op's te_defs module and its private helpers (te_defs/_*.py), the family machinery, the
-    schedule rules and this module. Editing one family recompiles that family only.
-    """
-    from . import schedules
-    te_dir = pathlib.Path(impl.source_file).parent
-    files = {impl.source_file, __file__, inspect.getsourcefile(type(impl)),
-             str(pathlib.Path(__file__).parent / "families" / "base.py")}
-    files.update(str(p) for p in te_dir.glob("_*.py"))
-    forward = getattr(impl, "forward", None)
-    if forward is not None:
-        files.add(inspect.getsourcefile(type(forward.impl)))
-    files.update(schedules.source_files(target_kind, pattern))
-    if target_kind == "llvm":
-        files.add(str(pathlib.Path(__file__).parent / "fastmath.py"))
-    h = hashlib.sha256()
-    for f in sorted(files):
-        h.update(_file_digest(f).encode())
-    return h.hexdigest()

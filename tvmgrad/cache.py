@@ -4,29 +4,39 @@ One entry per kernel identity: the plan key (op, dtype, broadcast pattern, code-
 the target, the TVM version and the digest of every source file that shapes the code. Entries are
 written atomically (temp file + rename) under a per-entry file lock, and carry a SHA-256 of the
 library in a sidecar written last: an entry without a valid sidecar (truncated, corrupt, a crash
-mid-write) is rebuilt, never loaded.
+mid-write) is rebuilt, never loaded. Temp files are named ``.<entry>.<random>.tmp.so`` (``.json``);
+the lock holder deletes its entry's leftovers (a builder killed mid-write) before writing.
+
+A cache directory that cannot be written (read-only filesystem, no permission) still serves the
+entries it holds; kernels it lacks are built into a private temporary directory of this process,
+removed at exit, with one ``CacheNotWritableWarning`` per directory and process.
 
 Location: ``$TVMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/tvmgrad``, else ``~/.cache/tvmgrad``.
 """
 
 from __future__ import annotations
 
+import atexit
+import errno
 import hashlib
 import json
 import os
 import pathlib
 import re
+import shutil
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 
 from filelock import FileLock
 
-from .build import compile_plan, source_digest
+from .build import compile_plan
+from .sources import source_digest
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["cache_dir", "KernelCache", "default_cache", "CacheEntry"]
+__all__ = ["cache_dir", "KernelCache", "default_cache", "CacheEntry", "CacheNotWritableWarning"]
 
 
 def cache_dir() -> pathlib.Path:
@@ -47,6 +57,52 @@ class CacheEntry:
     origin: str
 
 
+class CacheNotWritableWarning(UserWarning):
+    """The kernel cache directory cannot be written: kernels built now will not persist."""
+
+
+# errnos that mean "this directory cannot be written", as opposed to a real failure
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+class _Unwritable(Exception):
+    def __init__(self, error: OSError, ex=None):
+        super().__init__(str(error))
+        self.error, self.ex = error, ex        # ex: the compiled module, if it got that far
+
+
+def _unwritable(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _UNWRITABLE
+
+
+_private_lock = threading.Lock()
+_private_root: pathlib.Path | None = None
+_warned: set[str] = set()
+
+
+def _private_dir() -> pathlib.Path:
+    """This process's own build directory for kernels an unwritable cache cannot take (created
+    once, removed at exit)."""
+    global _private_root
+    with _private_lock:
+        if _private_root is None or not _private_root.is_dir():
+            _private_root = pathlib.Path(tempfile.mkdtemp(prefix="tvmgrad-kernels-"))
+            atexit.register(shutil.rmtree, str(_private_root), True)
+        return _private_root
+
+
+def _warn_unwritable(root: pathlib.Path, error: OSError, private: pathlib.Path) -> None:
+    key = str(root)
+    with _private_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(f"tvmgrad: the kernel cache directory {root} cannot be written ({error}); "
+                  f"kernels it does not hold are built into {private} and will not persist "
+                  f"after this process (set TVMGRAD_CACHE_DIR to a writable directory)",
+                  CacheNotWritableWarning, stacklevel=4)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60]
 
@@ -64,7 +120,12 @@ class KernelCache:
 
     def entry_path(self, plan: Plan, impl, target: Resolved) -> pathlib.Path:
         import tvm
-        ident = repr((plan.key, target.key, tvm.__version__, source_digest(impl, target.kind, plan.pattern)))
+        sources = source_digest(impl, target.kind, plan.pattern)
+        if plan.trace is not None:                  # a tuned plan: scheduled by replaying its trace
+            from . import tune
+            from .sources import file_digest
+            sources += file_digest(tune.__file__)
+        ident = repr((plan.key, target.key, tvm.__version__, sources))
         digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
         tslug = _slug(target.kind + ("_" + target.arch if target.arch else ""))
         return self.root / f"tvm-{_slug(tvm.__version__)}" / tslug / _slug(plan.key[1]) / f"{digest}.so"
@@ -95,16 +156,52 @@ class KernelCache:
         if entry is not None:
             self.stats["disk"] += 1
             return entry
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):
+        try:
+            return self._build(path, plan, target)
+        except _Unwritable as exc:
+            root = self.root
+            private = _private_dir()
+            _warn_unwritable(root, exc.error, private)
+            try:
+                where = private / path.relative_to(root)
+            except ValueError:
+                where = private / path.name
+            try:
+                return self._build(where, plan, target, exc.ex)
+            except _Unwritable as again:
+                raise OSError(again.error.errno, f"{plan.symbol}: cannot store its kernel: neither "
+                              f"the cache directory {root} ({exc.error}) nor the temporary "
+                              f"directory {private} ({again.error}) can be written") from again.error
+
+    def _build(self, path: pathlib.Path, plan, target, ex=None) -> CacheEntry:
+        """Build (or, if another process just did, load) the entry at ``path`` under its file lock;
+        _Unwritable if the directory cannot be written."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(path) + ".lock")
+            lock.acquire()
+        except OSError as exc:
+            if _unwritable(exc):
+                raise _Unwritable(exc, ex) from exc
+            raise
+        try:
             entry = self._try_load(path, plan)       # another process may have built it meanwhile
             if entry is not None:
                 self.stats["disk"] += 1
                 return entry
+            _remove_leftovers(path)
             if path.exists() or _sidecar(path).exists():
                 self.stats["rebuilt_corrupt"] += 1
-            ex = compile_plan(plan, target)
-            self._write(ex, path, plan, target)
+            if ex is None:
+                ex = compile_plan(plan, target)
+            try:
+                self._write(ex, path, plan, target)
+            except OSError as exc:
+                if _unwritable(exc):
+                    raise _Unwritable(exc, ex) from exc
+                raise
+        finally:
+            lock.release()
         entry = self._try_load(path, plan)
         if entry is None:
             raise RuntimeError(f"{plan.symbol}: freshly built cache entry {path} does not load")
@@ -132,8 +229,7 @@ class KernelCache:
     @staticmethod
     def _write(ex, path: pathlib.Path, plan: Plan, target: Resolved) -> None:
         import tvm
-        fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".so", dir=path.parent)
-        os.close(fd)
+        tmp = _temp(path, ".so")
         try:
             ex.export_library(tmp)
             digest = hashlib.sha256(pathlib.Path(tmp).read_bytes()).hexdigest()
@@ -143,10 +239,39 @@ class KernelCache:
                 os.unlink(tmp)
         meta = {"sha256": digest, "symbol": plan.symbol, "key": repr(plan.key),
                 "target": target.key, "tvm": tvm.__version__}
-        fd, tmp = tempfile.mkstemp(prefix=path.stem, suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(meta, fh, indent=1)
-        os.replace(tmp, _sidecar(path))
+        tmp = _temp(path, ".json")
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(meta, fh, indent=1)
+            os.replace(tmp, _sidecar(path))
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _temp(path: pathlib.Path, suffix: str) -> str:
+    """A new empty temp file beside an entry: ``.<stem>.<random>.tmp<suffix>`` (the suffix last:
+    export_library picks the format by it)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    return tmp
+
+
+def _remove_leftovers(path: pathlib.Path) -> None:
+    """Delete an entry's temp files left by a builder that died mid-write (call with the entry's
+    lock held: only its holder writes temps for the entry). Also those of the older naming,
+    ``<stem><8 random chars>.so``/``.json``."""
+    old = re.compile(re.escape(path.stem) + r"[A-Za-z0-9_]{8}\.(so|json)")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        if (name.startswith(f".{path.stem}.") and ".tmp." in name) or old.fullmatch(name):
+            try:
+                os.unlink(path.parent / name)
+            except OSError:
+                pass
 
 
 def _sidecar(path: pathlib.Path) -> pathlib.Path:

@@ -1,14 +1,15 @@
 """``tvmgrad check --build``: build every implemented op's kernels and run each once.
 
 Builds go through the kernel cache in a process pool (each worker builds its share; the file locks
-keep workers from building the same kernel twice), with a progress bar. On a CPU target each op then
+keep workers from building the same kernel twice), with a progress bar. A worker that dies (SIGILL,
+SIGSEGV, SIGKILL) ends the run at once with ``tvmgrad.workers.WorkerDied`` naming the op and
+dtype it was on. On a CPU target each op then
 runs on its example call (tvmgrad.examples; each dtype it supports) and its outputs are checked against shape inference; on CUDA the device code
 is compiled to cubin for the target arch and checked for spills.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import numpy as np
@@ -44,17 +45,24 @@ def _work(job) -> list[str]:
     return problems
 
 
+def _describe(job) -> str:
+    op, dtype, _ = job
+    return f"{op} [{dtype}]"
+
+
 def build_and_run_all(target: str, dtypes, jobs: int = 0) -> list[str]:
+    """Build and run every op x dtype in a process pool; return the problems found (a worker
+    that dies raises ``WorkerDied`` naming its op and dtype)."""
     from tqdm import tqdm
+
     from .examples import float_dtypes
+    from .workers import imap_unordered
     work = [(op, dt, target) for op in _ops() for dt in dtypes if dt in float_dtypes(op)]
     jobs = jobs or len(os.sched_getaffinity(0))
     problems: list[str] = []
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs) as pool:
-        for found in tqdm(pool.imap_unordered(_work, work), total=len(work), unit="kernel",
-                          desc=f"build+run {target}"):
-            problems += found
+    results = imap_unordered(_work, work, workers=jobs, describe=_describe)
+    for found in tqdm(results, total=len(work), unit="kernel", desc=f"build+run {target}"):
+        problems += found
     for p in problems:
         print(p)
     print(f"built {'and ran ' if not target.startswith('cuda') else ''}{len(work)} op x dtype "

@@ -105,8 +105,8 @@ def _cmd_build(args) -> int:
     ops = None
     if args.ops:
         ops = [o for part in args.ops for o in part.split(",") if o]
-    manifest = aot.build(args.out, target=args.target, dtypes=args.dtype.split(","), ops=ops,
-                         archs=args.arch.split(","), jobs=args.jobs)
+    manifest = aot.build(args.out, target=args.target, cpu=args.cpu, dtypes=args.dtype.split(","),
+                         ops=ops, archs=args.arch.split(","), jobs=args.jobs)
     entries = sum(len(lib["entries"]) for lib in manifest["libraries"])
     skipped = [s for lib in manifest["libraries"] for s in lib["skipped"]]
     for s in skipped:
@@ -114,6 +114,7 @@ def _cmd_build(args) -> int:
     print(f"{args.out}: {len(manifest['libraries'])} libraries, {entries} entry points for "
           f"{len(manifest['ops'])} ops on {manifest['target']}"
           + (f" ({', '.join(manifest['archs'])})" if manifest["archs"] else "")
+          + (f" (cpu {aot._describe_cpu(manifest['cpu'])})" if manifest.get("cpu") else "")
           + f", {len(skipped)} skipped")
     return 0
 
@@ -140,8 +141,16 @@ def _cmd_bench(args) -> int:
 
 def main(argv=None) -> int:
     import signal
-    if hasattr(signal, "SIGPIPE"):
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)     # `tvmgrad list | head` ends quietly
+    if not hasattr(signal, "SIGPIPE"):
+        return _main(argv)
+    previous = signal.signal(signal.SIGPIPE, signal.SIG_DFL)    # `tvmgrad list | head` ends quietly
+    try:
+        return _main(argv)
+    finally:                                # a caller in-process (tests) keeps its own handler
+        signal.signal(signal.SIGPIPE, previous)
+
+
+def _main(argv) -> int:
     parser = argparse.ArgumentParser(prog="tvmgrad", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -166,6 +175,10 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("build", help="ahead-of-time kernel libraries (shards of ops per dtype, manifest)")
     p.add_argument("--target", default="llvm", help="llvm, llvm:<cpu> or cuda (default llvm)")
+    p.add_argument("--cpu", default=None, metavar="host|NAME",
+                   help="CPU of an llvm library: an LLVM CPU name (x86-64-v4, znver3, neoverse-n1, "
+                        "...) or 'host' for this machine as it really is (default: the portable "
+                        "baseline, x86-64-v3 on x86-64 (AVX2+FMA), generic on aarch64)")
     p.add_argument("--arch", default="sm_80,sm_90", help="CUDA arches (default sm_80,sm_90)")
     p.add_argument("--dtype", default="float32", help="comma-separated dtypes (default float32)")
     p.add_argument("--ops", nargs="*", help="ops to include (default: every implemented op)")
@@ -197,9 +210,10 @@ def main(argv=None) -> int:
     p.set_defaults(func=_cmd_bench)
 
     args = parser.parse_args(argv)
+    from .workers import WorkerDied            # a build process died (SIGILL, SIGKILL, ...)
     try:
         return args.func(args)
-    except (ValueError, TypeError, NotImplementedError) as exc:
+    except (ValueError, TypeError, NotImplementedError, WorkerDied) as exc:
         print(f"tvmgrad: error: {exc}", file=sys.stderr)
         return 2
 

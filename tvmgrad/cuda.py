@@ -135,11 +135,16 @@ def _cached_cubin(source_hash: str, arch: str, source: str) -> bytes:
     except OSError:
         pass
     data = compile_cubin(source, arch).data
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
+    tmp = None
+    try:                     # persisting is a convenience: an unwritable cache keeps it in memory
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{source_hash}-{arch}.", suffix=".tmp", dir=os.path.dirname(path))
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
     return data
 
 

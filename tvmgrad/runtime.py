@@ -206,6 +206,7 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
     outs = registry.infer_outputs(entry, call)
     plan = entry.impl.plan(call, outs)
     tgt = resolve(target)
+    tgt.check_runs_here(op)
     if tgt.is_gpu and not rt.cuda_available():
         raise RuntimeError(f"{op}: target {tgt.kind} needs a CUDA driver and GPU, and this machine "
                            f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")

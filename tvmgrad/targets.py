@@ -1,19 +1,37 @@
 """Target names as users write them -> TVM targets, and a stable key for caching.
 
-Accepted: ``"llvm"`` (this host's CPU), ``"llvm:skylake-avx512"`` (a named CPU), ``"cuda"`` (arch of
-the visible GPU, else sm_80), ``"cuda:sm_90"``, a dict in TVM 0.27's JSON form
-(``{"kind": "cuda", "arch": "sm_90"}``) or a ``tvm.target.Target``.
+Accepted: ``"llvm"`` (this host's CPU), ``"llvm:skylake-avx512"`` (a named LLVM CPU),
+``"cuda"`` (arch of the visible GPU, else sm_80), ``"cuda:sm_90"``, a dict in TVM 0.27's JSON
+form (``{"kind": "cuda", "arch": "sm_90"}``) or a ``tvm.target.Target``.
+
+``"llvm"`` is this host as it really is: LLVM's name for the CPU (``mcpu``) plus an ``mattr``
+that turns off every feature the name implies but the host does not enable (a hypervisor may
+mask AVX-512 on a CPU LLVM calls ``znver4``) and turns on vector features the name lacks
+(``tvmgrad.hostcpu`` says which). ``$TVMGRAD_CPU`` (an LLVM CPU name such as ``x86-64-v3``)
+makes ``"llvm"`` mean that CPU instead: the test suite runs the AVX2 code path that way on any
+x86-64 machine, since code for a lesser ISA runs on a greater one.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
 
-__all__ = ["resolve", "Resolved", "default_cuda_arch"]
+from . import hostcpu
+
+__all__ = ["resolve", "Resolved", "default_cuda_arch", "host_cpu_spec", "cpu_spec", "CPU_ENV"]
 
 DEFAULT_CUDA_ARCH = "sm_80"
+CPU_ENV = "TVMGRAD_CPU"
+
+# Vector features worth switching on when the host has them but LLVM's CPU name does not imply
+# them (an unknown model that LLVM names after an older one).
+_VECTOR = ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi",
+           "bmi2", "lzcnt", "movbe", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl",
+           "avx512vnni", "avx512bf16", "avx512fp16", "avx512ifma", "avx512vbmi", "avx512vbmi2",
+           "neon", "fullfp16", "dotprod", "i8mm", "bf16", "sve", "sve2")
 
 
 class Resolved:
@@ -28,6 +46,39 @@ class Resolved:
     @property
     def is_gpu(self) -> bool:
         return self.kind == "cuda"
+
+    @functools.cached_property
+    def features(self) -> tuple[str, ...]:
+        """Every LLVM feature the CPU code may use (its mcpu's, after mattr); () for CUDA."""
+        if self.kind != "llvm":
+            return ()
+        from tvm.target import codegen
+        return tuple(sorted(codegen.llvm_get_cpu_features(self.target)))
+
+    @functools.cached_property
+    def missing_on_host(self) -> tuple[str, ...]:
+        """Features this CPU target's code needs that this host does not enable."""
+        if self.kind != "llvm":
+            return ()
+        triple = str(self.target.attrs.get("mtriple", "") or "")
+        if triple and not triple.startswith(hostcpu.host().arch):
+            return (f"a {triple.split('-')[0]} CPU",)
+        return tuple(hostcpu.host().lacks(self.features))
+
+    def check_runs_here(self, op: str) -> None:
+        """Refuse to run code this host cannot execute (it would die with SIGILL)."""
+        missing = self.missing_on_host
+        if missing:
+            raise ValueError(f"{op}: target {self.describe()} needs {', '.join(missing)}, which this "
+                             f"CPU does not enable (it would die with an illegal instruction); use "
+                             f"target='llvm' for this host, or build for that CPU with tvmgrad build")
+
+    def describe(self) -> str:
+        if self.kind != "llvm":
+            return repr(self)
+        attrs = self.target.attrs
+        mattr = ",".join(str(a) for a in attrs.get("mattr", ()) or ())
+        return f"llvm:{attrs.get('mcpu', 'generic')}" + (f" (mattr {mattr})" if mattr else "")
 
     def device(self):
         from . import rt
@@ -61,10 +112,55 @@ def default_cuda_arch() -> str:
     return DEFAULT_CUDA_ARCH
 
 
-@functools.lru_cache(maxsize=64)
-def _resolve_str(text: str) -> Resolved:
+def cpu_spec(name: str, triple: str | None = None) -> dict:
+    """The LLVM target dict of a named CPU; ValueError (with close names) if LLVM knows no such CPU."""
     import tvm
+    from tvm.target import codegen
+    triple = triple or codegen.llvm_get_system_triple()
+    if not codegen.llvm_is_valid_cpu(name, triple):
+        known = list(codegen.llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm", "mtriple": triple})))
+        close = difflib.get_close_matches(name, known, n=4)
+        raise ValueError(f"unknown CPU {name!r} for {triple}"
+                         + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         + f"; LLVM knows {len(known)} CPUs, e.g. x86-64-v3, x86-64-v4, znver3, "
+                           f"skylake-avx512 ('host': this machine)")
+    return {"kind": "llvm", "mcpu": name}
+
+
+@functools.cache
+def host_cpu_spec() -> dict:
+    """This host's LLVM target dict: LLVM's CPU name corrected by the features the host really
+    enables (``-f`` for each implied feature it lacks, ``+f`` for each vector feature it adds)."""
+    import tvm
+    from tvm.target import codegen
+    name = codegen.llvm_get_system_cpu()
+    implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": name})))
+    host = hostcpu.host()
+    mattr = [f"-{f}" for f in host.lacks(implied)]
+    mattr += [f"+{f}" for f in _VECTOR if f in host.present and f not in implied]
+    spec = {"kind": "llvm", "mcpu": name}
+    if mattr:
+        spec["mattr"] = mattr
+    return spec
+
+
+def _default_cpu_spec() -> dict:
+    name = os.environ.get(CPU_ENV, "").strip()
+    if name and name != "host":
+        return cpu_spec(name)
+    return host_cpu_spec()
+
+
+def _resolve_str(text: str) -> Resolved:
     text = text.strip()
+    if text == "llvm":                  # what "llvm" means can change with $TVMGRAD_CPU
+        return _resolve_dict(json.dumps(_default_cpu_spec(), sort_keys=True))
+    return _resolve_text(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve_text(text: str) -> Resolved:
+    import tvm
     if text.startswith("{"):
         return _resolve_dict(text)
     kind, _, arch = text.partition(":")
@@ -72,13 +168,13 @@ def _resolve_str(text: str) -> Resolved:
         return Resolved(tvm.target.Target({"kind": "cuda", "arch": arch or default_cuda_arch()},
                                           host="llvm"))
     if kind == "llvm":
-        from tvm.target import codegen
-        return Resolved(tvm.target.Target({"kind": "llvm", "mcpu": arch or codegen.llvm_get_system_cpu()}))
+        spec = host_cpu_spec() if arch == "host" else cpu_spec(arch)
+        return _resolve_dict(json.dumps(spec, sort_keys=True))
     try:
         return Resolved(tvm.target.Target(text))
     except Exception as exc:  # noqa: BLE001
-        raise ValueError(f"unknown target {text!r}: use 'llvm', 'cuda', 'cuda:sm_90' or a dict "
-                         f"like {{'kind': 'cuda', 'arch': 'sm_90'}} ({exc})") from None
+        raise ValueError(f"unknown target {text!r}: use 'llvm', 'llvm:<cpu>', 'cuda', 'cuda:sm_90' or "
+                         f"a dict like {{'kind': 'cuda', 'arch': 'sm_90'}} ({exc})") from None
 
 
 @functools.lru_cache(maxsize=64)
@@ -88,6 +184,8 @@ def _resolve_dict(text: str) -> Resolved:
     if spec.get("kind") == "cuda":
         spec.setdefault("arch", default_cuda_arch())
         return Resolved(tvm.target.Target(spec, host="llvm"))
+    if spec.get("kind") == "llvm" and spec.get("mcpu"):
+        cpu_spec(spec["mcpu"], spec.get("mtriple"))          # unknown CPU -> ValueError
     try:
         return Resolved(tvm.target.Target(spec))
     except Exception as exc:  # noqa: BLE001

@@ -24,25 +24,37 @@ tiles need no bounds checks (the bias grad's, over the unpadded output, have the
 from __future__ import annotations
 
 from ..analysis import analyze, annotations, by_role, const_extent
+from ._isa import register_rows, vector_unit
 from ._parallel import parallel
 from .rnn_plain import per_block
 
 __all__ = ["schedule"]
 
-TILE = 64
-ROWS = 4      # tile rows sharing one load of a K^T / V^T row (register blocking)
+TILE = 64     # te_defs/attention.GRAIN: every tiled sequence extent is a multiple
+ROWS = 4      # at most this many tile rows share one load of a K^T / V^T row (register blocking;
+              # fewer where the target's vector registers cannot hold their accumulators)
 
 
-def schedule(sch, target=None):
+def schedule(sch, target):
+    unit = vector_unit(target)
     rules = {"kv": _kv, "q": _q, "bias": _bias}
     for block, role in by_role(sch, "attn.main"):
         if role in rules:
-            rules[role](sch, block)
+            rules[role](sch, block, unit)
     per_block(sch)
     return sch.mod
 
 
-def _tiles_under(sch, main, loop) -> None:
+def _dtype(sch, block) -> str:
+    return str(sch.get(block).writes[0].source.dtype)
+
+
+def _width(sch, loop) -> int:
+    """A vectorised loop's extent (a tile's width where it is symbolic)."""
+    return const_extent(sch, loop) or TILE
+
+
+def _tiles_under(sch, main, loop, unit) -> None:
     """compute_at every tile stage feeding ``main`` at ``loop`` (consumers first), then give each
     its loop order: S/dP as (row, d, key) with the key axis vectorised, P/dS vectorised."""
     placed = {_key(sch, main)}
@@ -67,13 +79,14 @@ def _tiles_under(sch, main, loop) -> None:
         info = analyze(sch, blk)
         if info.is_reduction:
             r, c, d = loops[-3:]
-            ro, ri = _split_div(sch, r, ROWS)
+            rows = register_rows(unit, _width(sch, c), _dtype(sch, blk), most=ROWS)
+            ro, ri = _split_div(sch, r, rows)
             sch.reorder(ro, d, ri, c)
             if ri is not None:
                 sch.unroll(ri)
             sch.vectorize(c)
             sch.decompose_reduction(blk, d)
-        elif str(sch.get(blk).writes[0].source.dtype) == "float32":
+        elif _dtype(sch, blk) == "float32":
             # float64: tirx.exp stays a libm call; an explicitly vectorised float64 exp does not
             # lower since tvmgrad.fastmath's rule (it returns non-float32 calls unchanged)
             sch.vectorize(loops[-1])
@@ -104,44 +117,46 @@ def _epilogues(sch, main):
     return [c for c in sch.get_consumers(main) if "attn.epilogue" in annotations(sch, c)]
 
 
-def _accumulate(sch, block, outer, tiles_at, init_at) -> None:
+def _accumulate(sch, block, outer, tiles_at, init_at, unit) -> None:
     """A main block's common tail: its ``outer`` loops fused and parallel (each worker owns its
     output tile), its tile stages computed at ``tiles_at``, its epilogues per output tile and
     its init split off at ``init_at``."""
     par = parallel(sch, outer)
-    _tiles_under(sch, block, tiles_at)
+    _tiles_under(sch, block, tiles_at, unit)
     for ep in _epilogues(sch, block):
         sch.reverse_compute_at(ep, par)
     sch.decompose_reduction(block, init_at)
 
 
-def _kv(sch, block) -> None:
+def _kv(sch, block, unit) -> None:
     b, kh, j, d, g, i = sch.get_loops(block)
+    keys = register_rows(unit, _width(sch, d), _dtype(sch, block), most=2)
     jb, jc = sch.split(j, [None, TILE])
     ib, ir = sch.split(i, [None, TILE])
-    jco, jci = sch.split(jc, [None, 2])
+    jco, jci = sch.split(jc, [None, keys])
     sch.reorder(b, kh, jb, g, ib, jco, ir, jci, d)
     sch.unroll(jci)
     sch.vectorize(d)
-    _accumulate(sch, block, [b, kh, jb], ib, g)
+    _accumulate(sch, block, [b, kh, jb], ib, g, unit)
 
 
-def _q(sch, block) -> None:
+def _q(sch, block, unit) -> None:
     b, h, i, d, j = sch.get_loops(block)
+    rows = register_rows(unit, _width(sch, d), _dtype(sch, block), most=ROWS)
     ib, ir = sch.split(i, [None, TILE])
     jb, jc = sch.split(j, [None, TILE])
-    iro, iri = sch.split(ir, [None, ROWS])
+    iro, iri = sch.split(ir, [None, rows])
     sch.reorder(b, h, ib, jb, iro, jc, iri, d)
     sch.unroll(iri)
     sch.vectorize(d)
-    _accumulate(sch, block, [b, h, ib], jb, jb)
+    _accumulate(sch, block, [b, h, ib], jb, jb, unit)
 
 
-def _bias(sch, block) -> None:
+def _bias(sch, block, unit) -> None:
     info = analyze(sch, block)
     spatial, reduce = info.spatial_loops, info.reduce_loops
     *lead, i, j = spatial
     ib, ir = sch.split(i, [None, TILE])
     jb, jc = sch.split(j, [None, TILE])
     sch.reorder(*lead, ib, jb, *reduce, ir, jc)
-    _accumulate(sch, block, [*lead, ib, jb], reduce[-1], reduce[0])
+    _accumulate(sch, block, [*lead, ib, jb], reduce[-1], reduce[0], unit)

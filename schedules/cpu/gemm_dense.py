@@ -1,8 +1,10 @@
 """CPU schedule of the dense family (te_defs/matmul.py): register-blocked contractions.
 
 A contraction block (annotation ``dense.main``) has one M axis and one N axis, padded to their
-grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb (mb = 4 rows, nb = 64 float32 / 32
-float64 lanes, less when the grain is smaller). It becomes:
+grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 4 rows, nb the most lanes (a
+power-of-two number of vectors) whose mb·nb accumulators, the nb-wide operand row and a broadcast
+fit the target's vector registers (AVX-512: 64 float32 lanes in 16 of 32 zmm; AVX2: 16 lanes in 8
+of 16 ymm), less when the grain is smaller. It becomes:
 
     parallel for (outer axes..., N tile)            # order "nm" (or M tile for "mn")
         tile sources (``dense.src = tile``): the operand panel of this tile, packed
@@ -24,16 +26,29 @@ from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
                         top_blocks)
 from ..loops import each_nest, keep_in_registers
+from ._isa import VectorUnit, vector_unit
 from ._parallel import parallel, spatial
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "micro_kernel"]
 
-MB, NB = 4, 64     # micro-kernel: 4 rows x 64 float32 lanes = 16 AVX-512 accumulators
+MB = 4             # micro-kernel rows: one broadcast each per reduction step
+MAX_NB = 64        # the widest tile: the padding grain of te_defs/matmul.grain
 
 
-def schedule(sch, target=None):
+def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
+    """(mb, nb) of the register-blocked micro-kernel for a vector unit and accumulator dtype."""
+    lanes = unit.lanes(dtype)
+    vectors = 1
+    while (vectors * 2 * lanes <= MAX_NB
+           and MB * vectors * 2 + vectors * 2 + 1 <= unit.registers):
+        vectors *= 2
+    return MB, min(MAX_NB, vectors * lanes)
+
+
+def schedule(sch, target):
+    unit = vector_unit(target)
     for block, _ in by_role(sch, "dense.main"):
-        _contraction(sch, block)
+        _contraction(sch, block, unit)
     for info in each_nest(sch, top_blocks(sch)):
         if is_scheduled(sch, info.loops):
             continue
@@ -47,12 +62,12 @@ def schedule(sch, target=None):
     return sch.mod
 
 
-def _contraction(sch, block) -> None:
+def _contraction(sch, block, unit: VectorUnit) -> None:
     ann = annotations(sch, block)
     m_ax, n_ax = as_int(ann["dense.m"]), as_int(ann["dense.n"])
     gm, gn = as_int(ann["dense.gm"]), as_int(ann["dense.gn"])
-    wide = str(sch.get(block).writes[0].source.dtype) == "float64"
-    mb, nb = min(MB, gm), min(NB // 2 if wide else NB, gn)
+    mb, nb = micro_kernel(unit, str(sch.get(block).writes[0].source.dtype))
+    mb, nb = min(mb, gm), min(nb, gn)
     order = str(ann.get("dense.order", "nm"))
     info = analyze(sch, block)
     kept, reduce = info.spatial_loops, info.reduce_loops

@@ -107,29 +107,41 @@ def _(rng):
     return {"x": x, "y": lo, "out": out, "out_grad": _r(rng, 3, 4, 2)}, {"upper": False}
 
 
-def _lu(x):
-    """LAPACK-style packed LU with 1-based int32 pivots (getrf), via scipy."""
-    import scipy.linalg
-    lus, pivs = [], []
-    for a in x.reshape(-1, *x.shape[-2:]):
-        lu, piv = scipy.linalg.lu_factor(a)
-        lus.append(lu)
-        pivs.append(piv + 1)
-    return (np.stack(lus).reshape(x.shape),
-            np.stack(pivs).astype(np.int32).reshape(*x.shape[:-2], -1))
+def lu_factor(x):
+    """LAPACK-style packed LU with partial pivoting and 1-based int32 pivots (getrf, what
+    ``scipy.linalg.lu_factor`` returns, plus one), batched over the leading axes, in numpy: row
+    ``j`` swaps with row ``pivots[j] - 1``, the largest at or below it in column ``j`` by LAPACK's
+    measure (``|x|``; ``|re| + |im|`` for complex x, as i?amax)."""
+    a = np.array(x, copy=True, order="C")
+    *batch, m, n = a.shape
+    k = min(m, n)
+    a = a.reshape(-1, m, n)
+    every = np.arange(a.shape[0])
+    pivots = np.empty((a.shape[0], k), np.int32)
+    for j in range(k):
+        col = a[:, j:, j]
+        size = np.abs(col.real) + np.abs(col.imag) if np.iscomplexobj(col) else np.abs(col)
+        p = j + np.argmax(size, axis=1)
+        pivots[:, j] = p + 1
+        row = a[every, j].copy()
+        a[every, j] = a[every, p]
+        a[every, p] = row
+        a[:, j + 1:, j] /= a[:, j, j][:, None]
+        a[:, j + 1:, j + 1:] -= a[:, j + 1:, j, None] * a[:, j, None, j + 1:]
+    return a.reshape(x.shape), pivots.reshape(*batch, k)
 
 
 @factory("lu_grad")
 def _(rng):
     x = _r(rng, 3, 4, 4)
-    lu, piv = _lu(x)
+    lu, piv = lu_factor(x)
     return {"x": x, "out": lu, "pivots": piv, "out_grad": _r(rng, 3, 4, 4)}, {"pivot": True}
 
 
 @factory("lu_unpack_grad")
 def _(rng):
     x = _r(rng, 3, 4, 5)
-    lu, piv = _lu(x[..., :4])
+    lu, piv = lu_factor(x[..., :4])
     lu = np.concatenate([lu, x[..., 4:]], axis=-1)
     return {"x": lu, "y": piv, "l": _r(rng, 3, 4, 4), "u": _r(rng, 3, 4, 5), "pmat": _r(rng, 3, 4, 4),
             "l_grad": _r(rng, 3, 4, 4), "u_grad": _r(rng, 3, 4, 5)}, {"unpack_ludata": True, "unpack_pivots": True}

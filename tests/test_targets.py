@@ -1,0 +1,161 @@
+"""The CPU target is the host as it really is, never the CPU's name; named CPUs are checked.
+
+The failure these guard against: LLVM names a host ``znver4`` (which implies AVX-512) while its
+hypervisor masks AVX-512, so code built for the name dies with SIGILL on the first call.
+"""
+
+import numpy as np
+import pytest
+
+import tvmgrad
+from tvmgrad import hostcpu, targets
+
+tvm = pytest.importorskip("tvm")
+from tvm.target import codegen  # noqa: E402
+
+from tvmgrad.schedules.cpu._isa import VectorUnit, vector_unit  # noqa: E402
+from tvmgrad.schedules.cpu.gemm_dense import micro_kernel  # noqa: E402
+
+X86 = pytest.mark.skipif(hostcpu.host().arch != "x86_64", reason="x86-64 CPU names")
+
+# /proc/cpuinfo of a 2-core EPYC VM whose hypervisor masks AVX-512 (LLVM calls it znver4)
+MASKED_EPYC = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx fxsr sse sse2 ht syscall nx mmxext fxsr_opt pdpe1gb rdtscp lm constant_tsc rep_good nopl pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 x2apic movbe popcnt aes xsave avx f16c rdrand hypervisor lahf_lm cmp_legacy abm sse4a misalignsse 3dnowprefetch topoext fsgsbase bmi1 avx2 smep bmi2 erms invpcid rdseed adx smap clflushopt clwb sha_ni xsaveopt xsavec xgetbv1 xsaves clzero rdpid fsrm vaes vpclmulqdq gfni
+"""
+
+
+@pytest.fixture
+def masked_znver4(monkeypatch):
+    """This process believes it runs on a znver4 whose AVX-512 is masked."""
+    fake = hostcpu.from_cpuinfo(MASKED_EPYC, "x86_64")
+    monkeypatch.setattr(hostcpu, "host", lambda: fake)
+    monkeypatch.setattr(codegen, "llvm_get_system_cpu", lambda: "znver4")
+    targets.host_cpu_spec.cache_clear()
+    yield fake
+    targets.host_cpu_spec.cache_clear()
+
+
+def test_cpuinfo_flags_become_llvm_features():
+    cpu = hostcpu.from_cpuinfo(MASKED_EPYC, "x86_64")
+    assert {"avx2", "fma", "sse4.1", "sse3", "bmi", "lzcnt", "gfni"} <= cpu.present
+    assert "avx512f" not in cpu.present and "avx512f" in cpu.vouched
+    # LLVM's tuning flags are not CPU features: no source vouches for them
+    assert cpu.lacks(["avx512f", "avx512bw", "fast-lzcnt", "avx2"]) == ["avx512bw", "avx512f"]
+    arm = hostcpu.from_cpuinfo("processor\t: 0\nFeatures\t: fp asimd aes crc32 atomics fphp asimdhp "
+                               "asimddp sve\n", "aarch64")
+    assert {"neon", "fullfp16", "dotprod", "sve", "lse"} <= arm.present
+    assert arm.lacks(["sve2", "neon", "i8mm"]) == ["i8mm", "sve2"]
+
+
+@X86
+def test_host_target_turns_off_what_the_host_lacks(masked_znver4):
+    spec = targets.host_cpu_spec()
+    assert spec["mcpu"] == "znver4"
+    assert "-avx512f" in spec["mattr"] and "-avx512bw" in spec["mattr"]
+    resolved = targets.Resolved(tvm.target.Target(spec))
+    assert not any(f.startswith("avx512") for f in resolved.features)
+    assert {"avx2", "fma"} <= set(resolved.features)
+    assert resolved.missing_on_host == ()
+    assert vector_unit(resolved.target) == VectorUnit(256, 16)
+    # the name alone would need AVX-512
+    named = targets.Resolved(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))
+    assert "avx512f" in named.missing_on_host
+
+
+@X86
+def test_code_for_the_masked_host_has_no_avx512(masked_znver4):
+    from tvm import s_tir, te
+    n = te.var("n")
+    a = te.placeholder((n,), "float32", name="a")
+    b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "k"))
+    _, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, 64])
+    sch.vectorize(inner)
+    asm = {name: tvm.compile(sch.mod, target=tvm.target.Target(spec)).mod.inspect_source("asm")
+           for name, spec in (("host", targets.host_cpu_spec()),
+                              ("name", {"kind": "llvm", "mcpu": "znver4"}))}
+    assert "zmm" not in asm["host"] and "ymm" in asm["host"]
+    assert "zmm" in asm["name"]
+
+
+@X86
+def test_default_target_runs_on_the_masked_host(masked_znver4, monkeypatch):
+    """A pointwise, a dense and a reduction kernel built for the corrected znver4 run here (they
+    use at most AVX2, which every x86 host these tests run on has)."""
+    monkeypatch.delenv(targets.CPU_ENV, raising=False)
+    target = targets.host_cpu_spec()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((5, 33)).astype("float32")
+    g = rng.standard_normal((5, 33)).astype("float32")
+    got = tvmgrad.run("relu_grad", {"out": x, "out_grad": g}, target=target)["x_grad"]
+    np.testing.assert_array_equal(got, np.where(x > 0, g, 0))
+    y = rng.standard_normal((2, 33, 7)).astype("float32")
+    xb = np.stack([x, -x])
+    dout = rng.standard_normal((2, 5, 7)).astype("float32")
+    res = tvmgrad.run("bmm_grad", {"x": xb, "y": y, "out_grad": dout}, target=target)
+    np.testing.assert_allclose(res["x_grad"], dout @ y.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["y_grad"], xb.transpose(0, 2, 1) @ dout, rtol=1e-5, atol=1e-5)
+    res = tvmgrad.run("log_softmax_grad", {"out": x, "out_grad": g}, {"axis": -1}, target=target)
+    np.testing.assert_allclose(res["x_grad"], g - np.exp(x) * g.sum(-1, keepdims=True),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_cpu_names_are_refused():
+    with pytest.raises(ValueError, match=r"unknown CPU 'no-such-cpu'"):
+        targets.resolve("llvm:no-such-cpu")
+    with pytest.raises(ValueError, match=r"did you mean .*znver"):
+        targets.resolve("llvm:znver")
+    with pytest.raises(ValueError, match=r"unknown CPU"):
+        targets.resolve({"kind": "llvm", "mcpu": "pentium9"})
+    x = np.ones((2, 3), "float32")
+    with pytest.raises(ValueError, match=r"unknown CPU"):
+        tvmgrad.run("relu_grad", {"out": x, "out_grad": x}, target="llvm:no-such-cpu")
+
+
+@X86
+def test_cpu_env_selects_what_llvm_means(monkeypatch):
+    monkeypatch.setenv(targets.CPU_ENV, "x86-64-v3")
+    resolved = targets.resolve("llvm")
+    assert resolved.target.attrs["mcpu"] == "x86-64-v3"
+    assert vector_unit(resolved.target) == VectorUnit(256, 16)
+    monkeypatch.setenv(targets.CPU_ENV, "host")
+    assert targets.resolve("llvm").key == targets.resolve(targets.host_cpu_spec()).key
+    monkeypatch.setenv(targets.CPU_ENV, "bogus-cpu")
+    with pytest.raises(ValueError, match="unknown CPU 'bogus-cpu'"):
+        targets.resolve("llvm")
+
+
+@X86
+def test_a_target_the_host_cannot_run_is_refused_before_building(monkeypatch):
+    fake = hostcpu.HostCPU("x86_64", "test", frozenset({"sse", "sse2"}), frozenset(hostcpu.X86_FLAGS))
+    monkeypatch.setattr(hostcpu, "host", lambda: fake)
+    x = np.ones((2, 3), "float32")
+    built = []
+    monkeypatch.setattr("tvmgrad.cache.compile_plan", lambda *a: built.append(a))
+    with pytest.raises(ValueError, match=r"relu_grad: target llvm:x86-64-v3 .*needs .*avx2.*illegal"):
+        tvmgrad.run("relu_grad", {"out": x, "out_grad": x},
+                    target={"kind": "llvm", "mcpu": "x86-64-v3", "mattr": ["+sse3"]})
+    assert not built
+
+
+@X86
+def test_cache_key_carries_the_resolved_features():
+    v3 = targets.resolve("llvm:x86-64-v3")
+    v4 = targets.resolve("llvm:x86-64-v4")
+    masked = targets.resolve({"kind": "llvm", "mcpu": "x86-64-v4", "mattr": ["-avx512f"]})
+    assert len({v3.key, v4.key, masked.key}) == 3
+
+
+@X86
+def test_micro_kernels_follow_the_vector_unit():
+    for cpu, unit, f32_tile in (("x86-64-v3", VectorUnit(256, 16), (4, 16)),
+                                ("x86-64-v4", VectorUnit(512, 32), (4, 64)),
+                                ("x86-64-v2", VectorUnit(128, 16), (4, 8))):
+        target = targets.resolve(f"llvm:{cpu}").target
+        assert vector_unit(target) == unit
+        mb, nb = micro_kernel(unit, "float32")
+        assert (mb, nb) == f32_tile
+        # accumulators + one operand row + one broadcast stay within the registers
+        assert mb * unit.vectors(nb, "float32") + unit.vectors(nb, "float32") + 1 <= unit.registers
