@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 # top-level folder -> the package it installs as
 MAPPED = {"te_defs": "tvmgrad.te_defs", "schedules": "tvmgrad.schedules", "specs": "tvmgrad.specs"}
 
-PACKAGE_DATA = {"tvmgrad.specs": ["backward.yaml"]}
+PACKAGE_DATA = {"tvmgrad.specs": ["backward.yaml"], "tvmgrad": ["py.typed"]}
 
 
 def packages(root: pathlib.Path = ROOT) -> tuple[list[str], dict[str, str]]:

@@ -56,9 +56,10 @@ def test_no_python_folder_lacks_an_init():
     assert not bare, f"folders with modules but no __init__.py: {bare}"
 
 
-def test_the_spec_is_package_data():
+def test_the_spec_and_the_typing_marker_are_package_data():
     assert "backward.yaml" in SETUP["PACKAGE_DATA"]["tvmgrad.specs"]
     assert (ROOT / "specs" / "backward.yaml").is_file()
+    assert "py.typed" in SETUP["PACKAGE_DATA"]["tvmgrad"] and (ROOT / "tvmgrad" / "py.typed").is_file()
 
 
 SETUPTOOLS_VIEW = r"""
@@ -85,4 +86,5 @@ def test_setuptools_would_copy_every_module_and_the_spec():
             if (d / "__init__.py").is_file() for p in d.glob("*.py")}
     assert not want - modules, f"modules the wheel would lack: {sorted(want - modules)}"
     assert "tvmgrad/relax/__init__.py" in modules
-    assert [pathlib.PurePosixPath(p).as_posix() for p in view["data"]] == ["specs/backward.yaml"]
+    assert sorted(pathlib.PurePosixPath(p).as_posix() for p in view["data"]) == \
+        ["specs/backward.yaml", "tvmgrad/py.typed"]

@@ -186,6 +186,13 @@ def main(args) -> int:
         op, _, variant = spec.partition(":")
         rows.append(bench_op(op, args.size, args.dtype, variant in ("bcast", "broadcast"),
                              args.repeat, roofline))
+    if getattr(args, "json", False):
+        import json
+        print(json.dumps({"size": args.size, "dtype": args.dtype, "roofline_gbs": roofline,
+                          "threads": os.environ.get("TVM_NUM_THREADS"),
+                          "missing": [n for n in OPTIONAL if _optional(n) is None], "rows": rows},
+                         indent=1, default=str))
+        return 0
     print(f"{args.size} elements, {args.dtype}, TVM threads {os.environ.get('TVM_NUM_THREADS')}, "
           f"copy roofline (numpy copyto) {roofline:.1f} GB/s")
     for name, how in OPTIONAL.items():

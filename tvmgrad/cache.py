@@ -17,6 +17,7 @@ Location: ``$TVMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/tvmgrad``, else ``~/.ca
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import hashlib
 import json
@@ -36,7 +37,8 @@ from .sources import source_digest
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["cache_dir", "KernelCache", "default_cache", "CacheEntry", "CacheNotWritableWarning"]
+__all__ = ["cache_dir", "KernelCache", "default_cache", "CacheEntry", "CacheNotWritableWarning",
+           "usage", "clear", "prune"]
 
 
 def cache_dir() -> pathlib.Path:
@@ -224,6 +226,8 @@ class KernelCache:
             function = module[plan.symbol]
         except Exception:  # noqa: BLE001 - a library that does not load is a corrupt entry
             return None
+        with contextlib.suppress(OSError):          # last use, for `tvmgrad cache prune`
+            os.utime(side)
         return CacheEntry(function, module, path, "disk")
 
     @staticmethod
@@ -279,3 +283,101 @@ def _sidecar(path: pathlib.Path) -> pathlib.Path:
 
 
 default_cache = KernelCache()
+
+
+# -- managing the cache directory (``tvmgrad cache info|clear|prune``) -----------------------------
+#
+# Layout: <root>/tvm-<version>/<target>/<op>/<digest>.so (+ .json sidecar, .lock), the AOT shards
+# under <root>/aot/tvm-<version>/<target>/<digest>/ (+ .lock) and nvcc's cubins under <root>/cubin/.
+# An entry is used when loaded (its sidecar's mtime is touched), so age is time since last use.
+
+def _units(root: pathlib.Path):
+    """(part, unit path, files of the unit, last use) of every cache entry under ``root``."""
+    for so in root.glob("tvm-*/*/*/*.so"):
+        files = [so, _sidecar(so), pathlib.Path(str(so) + ".lock")]
+        yield so.parts[len(root.parts)], so, files, _last_use(files)
+    for shard in root.glob("aot/tvm-*/*/*"):
+        if shard.is_dir() and not shard.name.startswith("."):
+            files = [p for p in shard.rglob("*") if p.is_file()] + [pathlib.Path(str(shard) + ".lock")]
+            yield f"aot/{shard.parts[len(root.parts) + 1]}", shard, files, _last_use(files)
+    for cubin in root.glob("cubin/*.cubin"):
+        yield "cubin", cubin, [cubin], _last_use([cubin])
+
+
+def _last_use(files) -> float:
+    times = [max(st.st_mtime, st.st_atime) for f in files for st in [_stat(f)] if st is not None]
+    return max(times, default=0.0)
+
+
+def _stat(path: pathlib.Path):
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _size(files) -> int:
+    return sum(st.st_size for f in files for st in [_stat(f)] if st is not None)
+
+
+def usage(root=None) -> dict:
+    """The cache directory's size and entries per part (``tvm-<version>`` kernels, AOT shards
+    per TVM version, cubins); ``current`` names the parts this TVM reads."""
+    import tvm
+    root = pathlib.Path(root) if root else cache_dir()
+    parts: dict[str, dict] = {}
+    for part, _, files, _ in _units(root):
+        rec = parts.setdefault(part, {"entries": 0, "bytes": 0})
+        rec["entries"] += 1
+        rec["bytes"] += _size(files)
+    current = f"tvm-{_slug(tvm.__version__)}"
+    return {"root": str(root), "exists": root.is_dir(), "parts": dict(sorted(parts.items())),
+            "entries": sum(p["entries"] for p in parts.values()),
+            "bytes": sum(p["bytes"] for p in parts.values()),
+            "current": [current, f"aot/{current}", "cubin"]}
+
+
+def _remove(unit: pathlib.Path, files) -> bool:
+    """Delete one entry under its lock (skipped if a build holds it); True if removed."""
+    from filelock import Timeout
+    lock = FileLock(str(unit) + ".lock", timeout=0)
+    try:
+        with lock:
+            if unit.is_dir():
+                shutil.rmtree(unit, ignore_errors=True)
+            for f in files:
+                if not str(f).endswith(".lock"):
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
+    except Timeout:
+        return False
+    with contextlib.suppress(OSError):
+        os.unlink(str(unit) + ".lock")
+    return True
+
+
+def prune(root=None, *, older_than: float | None = None, dry_run: bool = False) -> dict:
+    """Remove entries not used for ``older_than`` seconds, and every entry of another TVM
+    version (this TVM never reads them); -> {"removed": n, "bytes": freed, "kept": n}."""
+    import time
+    root = pathlib.Path(root) if root else cache_dir()
+    current = set(usage(root)["current"])
+    cutoff = None if older_than is None else time.time() - older_than
+    removed = freed = kept = 0
+    for part, unit, files, last in list(_units(root)):
+        size = _size(files)
+        stale = part not in current or (cutoff is not None and last < cutoff)
+        if stale and (dry_run or _remove(unit, files)):
+            removed, freed = removed + 1, freed + size
+        else:
+            kept += 1
+    if not dry_run and root.is_dir():
+        for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                folder.rmdir()                      # only empty ones go
+    return {"root": str(root), "removed": removed, "kept": kept, "bytes": freed, "dry_run": dry_run}
+
+
+def clear(root=None) -> dict:
+    """Remove every entry of the cache directory (entries a build holds locked are kept)."""
+    return prune(root, older_than=-1.0)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 __all__ = ["build_and_run_all"]
 
 
@@ -50,9 +48,9 @@ def _describe(job) -> str:
     return f"{op} [{dtype}]"
 
 
-def build_and_run_all(target: str, dtypes, jobs: int = 0) -> list[str]:
-    """Build and run every op x dtype in a process pool; return the problems found (a worker
-    that dies raises ``WorkerDied`` naming its op and dtype)."""
+def build_and_run_all(target: str, dtypes, jobs: int = 0, progress: bool = True) -> tuple[list[str], str]:
+    """Build and run every op x dtype in a process pool; -> (problems found, a summary line).
+    A worker that dies raises ``WorkerDied`` naming its op and dtype."""
     from tqdm import tqdm
 
     from .examples import float_dtypes
@@ -61,11 +59,9 @@ def build_and_run_all(target: str, dtypes, jobs: int = 0) -> list[str]:
     jobs = jobs or len(os.sched_getaffinity(0))
     problems: list[str] = []
     results = imap_unordered(_work, work, workers=jobs, describe=_describe)
-    for found in tqdm(results, total=len(work), unit="kernel", desc=f"build+run {target}"):
+    for found in tqdm(results, total=len(work), unit="kernel", desc=f"build+run {target}",
+                      disable=not progress):
         problems += found
-    for p in problems:
-        print(p)
-    print(f"built {'and ran ' if not target.startswith('cuda') else ''}{len(work)} op x dtype "
-          f"combinations on {target}: {len(problems)} problem(s)")
-    np.seterr(all="ignore")
-    return problems
+    summary = (f"built {'and ran ' if not target.startswith('cuda') else ''}{len(work)} op x dtype "
+               f"combinations on {target}: {len(problems)} problem(s)")
+    return problems, summary

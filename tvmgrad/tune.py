@@ -341,6 +341,7 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
 
     from . import schedules
     from .bench import _copy_roofline, make_inputs
+    from .logs import stdout_to_log
 
     resolved, ms_target = _tuning_target(target)
     from .fastmath import install
@@ -372,7 +373,7 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
             log(f"{op}: skipped ({results[-1].skipped})")
             continue
         _name_ms_log_handlers()
-        with tempfile.TemporaryDirectory(prefix="tvmgrad-tune-") as work:
+        with tempfile.TemporaryDirectory(prefix="tvmgrad-tune-") as work, stdout_to_log():
             ms_db = ms.tune_tir(searchable, ms_target, work_dir=work, max_trials_global=trials,
                                 num_trials_per_iter=min(16, trials), builder=builder, runner=runner,
                                 database="memory", cost_model="random",
