@@ -347,3 +347,18 @@ def test_orphans_of_killed_builds_are_removed(tmp_path, monkeypatch):
     assert other["libraries"][0]["shard_digest"] == digest
     assert not stale.exists() and (folder / "shard.json").exists()
     assert not [p.name for p in folder.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_complex_variants_are_found_in_their_precision(tmp_path):
+    """A float32 library holds an op's complex64 variant, a float64 one its complex128 variant,
+    and calls find them by their own dtype."""
+    out = tmp_path / "lib"
+    aot.build(out, ops=["angle_grad"], dtypes=("float32", "float64"), jobs=1, progress=False)
+    lib = tvmgrad.load_library(out)
+    rng = np.random.default_rng(0)
+    for complex_dt, real_dt in (("complex64", "float32"), ("complex128", "float64")):
+        x = (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(complex_dt)
+        g = rng.standard_normal((3, 4)).astype(real_dt)
+        got = lib.run("angle_grad", {"x": x, "out_grad": g})["x_grad"]
+        assert got.dtype == complex_dt
+        np.testing.assert_array_equal(got, tvmgrad.run("angle_grad", {"x": x, "out_grad": g})["x_grad"])

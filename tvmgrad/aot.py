@@ -219,6 +219,7 @@ def _entry_json(op, call, plan, tuned_shapes=None) -> dict:
     base_key = plan.key[:-3] if tuned_shapes is not None else plan.key
     return {
         "op": op, "symbol": plan.symbol, "key": repr(base_key), "pattern": plan.pattern,
+        "call_dtype": _call_dtype(call),      # what a call is looked up by (complex variants too)
         "schedule": "tuned" if tuned_shapes is not None else "rules", "tuned_shapes": tuned_shapes,
         "args": [{"kind": a.kind, "name": a.name, "index": a.index,
                   "dtype": a.dtype} for a in plan.args],
@@ -289,7 +290,10 @@ def _shard_digest(shard: Shard, spec: dict, archs, tuning_digest: str) -> str:
     h = hashlib.sha256(repr((FORMAT, __version__, tvm.__version__, tgt.key,
                              cpu and cpu["triple"], tuple(archs), shard,
                              tuning_digest)).encode())
-    for builder in (__file__, cuda.__file__):          # how shards are built and compiled
+    from . import examples
+    # how shards are built and compiled, and the example calls that pick their variants
+    example_files = sorted(str(p) for p in pathlib.Path(examples.__file__).parent.glob("*.py"))
+    for builder in (__file__, cuda.__file__, *example_files):
         h.update(file_digest(builder).encode())
     for op in shard.ops:
         entry = registry.get(op)          # an invoke op is scheduled by its forward op's pattern
@@ -617,7 +621,7 @@ class Library:
         for lib in manifest["libraries"]:
             for e in lib["entries"]:
                 tuned = json.dumps(e["tuned_shapes"]) if e.get("tuned_shapes") is not None else None
-                self._index[(e["op"], lib["dtype"], e["key"], tuned)] = (lib, e)
+                self._index[(e["op"], e.get("call_dtype", lib["dtype"]), e["key"], tuned)] = (lib, e)
         self._modules = {}
 
     def ops(self) -> list[str]:

@@ -73,7 +73,9 @@ def np_dtype(name: str):
 
 
 def cast(value, dtype: str):
-    """An example's float arrays (and lists of them) in ``dtype``; index and bool arrays as they are."""
+    """An example's float arrays (and lists of them) in ``dtype``, its complex arrays in the
+    complex dtype of that precision (complex128 for float64, else complex64); index and bool
+    arrays as they are."""
     if value is None:
         return None
     if isinstance(value, list):
@@ -81,6 +83,8 @@ def cast(value, dtype: str):
     value = np.asarray(value)
     if value.dtype.kind == "f" or value.dtype == np_dtype("bfloat16"):
         return value.astype(np_dtype(dtype))
+    if value.dtype.kind == "c":
+        return value.astype(np.complex128 if dtype == "float64" else np.complex64)
     return value
 
 
