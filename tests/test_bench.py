@@ -22,7 +22,7 @@ def test_bench_prints_one_row_per_op_with_ratios():
     assert len(rows) == 2, out
     assert "relu_grad" in rows and "atan2_grad" in rows, out
     assert "(broadcast)" in rows["atan2_grad"]
-    assert "copy roofline" in out and "x paddle" in out
+    assert "copy of the same bytes" in out and "x paddle" in out
 
 
 @pytest.mark.slow
@@ -31,30 +31,48 @@ def test_bench_reports_gflops_for_compute_bound_ops():
     assert "GFLOP/s" in out, out
 
 
-def _bench_here(monkeypatch, capsys, *ops, missing=()):
-    """``tvmgrad bench`` in this process with the frameworks in ``missing`` made unimportable
-    (``sys.modules[name] = None`` makes ``import name`` raise ImportError, as when not installed)."""
-    import argparse
+def _hide(tmp_path, *names) -> dict:
+    """An environment in which ``import name`` fails, in every process (as when not installed)."""
+    import os
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
 
-    from tvmgrad import bench
-    for name in missing:
-        monkeypatch.setitem(sys.modules, name, None)
-    assert bench.main(argparse.Namespace(ops=list(ops), size=4096, dtype="float32", repeat=2)) == 0
-    out = capsys.readouterr().out
+
+def test_bench_without_paddle_or_torch_prints_na(tmp_path):
+    import os
+    env = {**os.environ, **_hide(tmp_path, "paddle", "torch")}
+    proc = subprocess.run([sys.executable, "-m", "tvmgrad.cli", "bench", "relu_grad", "atan2_grad:bcast",
+                           "--size", "4096", "--repeat", "2"], capture_output=True, text=True,
+                          timeout=600, env=env)
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr
     lines = out.splitlines()
     table = lines[lines.index(next(ln for ln in lines if ln.startswith("---"))) + 1:-1]
-    return out, {line.split()[0]: line.split() for line in table}
-
-
-def test_bench_without_paddle_or_torch_prints_na(monkeypatch, capsys):
-    out, rows = _bench_here(monkeypatch, capsys, "relu_grad", "atan2_grad:bcast", missing=("paddle", "torch"))
+    rows = {line.split()[0]: line.split() for line in table}
     assert set(rows) == {"relu_grad", "atan2_grad"}, out
-    # op, tvmgrad ms, GB/s, %roof, then paddle ms, x paddle, torch ms, x torch
-    assert rows["relu_grad"][4:] == ["n/a"] * 4, out
-    assert rows["atan2_grad"][5:] == ["n/a"] * 4, out          # "(broadcast)" is one more word
+    # op, tvmgrad ms, median, GB/s, %roof, then torch ms, x torch, paddle ms, x paddle
+    assert rows["relu_grad"][5:] == ["n/a"] * 4, out
+    assert rows["atan2_grad"][6:] == ["n/a"] * 4, out          # "(broadcast)" is one more word
     float(rows["relu_grad"][1])                                # our own timing is still there
     assert "paddle is not installed: its columns read n/a" in out, out
     assert "torch is not installed: its columns read n/a" in out, out
+
+
+def test_bench_json_and_suite_cover_every_family(capsys):
+    import json
+
+    from tvmgrad import bench, cli, registry
+    families = {registry.get(op).family for op in bench.SUITE}
+    want = {"conv", "matmul", "attention", "fft", "linalg", "norm", "softmax", "indexing", "shape",
+            "interp", "activation", "binary", "linear", "seqloss", "scan", "pool", "sort", "roi"}
+    assert want <= families, want - families
+    assert cli.main(["bench", "relu_grad", "--size", "4096", "--repeat", "2", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    (row,) = record["rows"]
+    assert row["op"] == "relu_grad" and row["ms"] > 0 and 0 < row["roofline"]
+    assert row["roofline_gbs"] > 0 and record["threads"] >= 1
 
 
 def test_bench_reference_calls_without_the_frameworks(monkeypatch):

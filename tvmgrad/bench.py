@@ -1,22 +1,48 @@
-"""``tvmgrad bench``: our LLVM kernels side by side with Paddle CPU, PyTorch CPU and the memory
-roofline (a numpy copy of the same bytes), in one run, as ratios. Timing is the best of
-``--repeat`` calls after a warm-up; bytes are every input read plus every output written.
+"""``tvmgrad bench``: our LLVM kernels side by side with PyTorch CPU, Paddle CPU and the memory
+roofline, in one run, as ratios (their time over ours: > 1 means tvmgrad is faster).
+
+Fair by construction:
+* each framework runs in its own process, one after another, with the same thread count
+  (``--threads``, default the cores this process may use): no thread pool spins against another;
+* the same allocation policy on every side: every call allocates its outputs, and glibc is told
+  to keep freed memory mapped (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_``), so no side
+  pays page faults the other does not;
+* the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel), not a
+  single-thread numpy copy;
+* times are the best and the median of ``--repeat`` calls after two warm-up calls; bytes are every
+  input read plus every output written.
 
 Paddle and PyTorch are optional (neither is a tvmgrad dependency: ``pip install paddlepaddle``,
 ``pip install tvmgrad[bench]`` for torch): without one, its columns read n/a and a note says why.
+``--suite`` benchmarks a fixed list covering every family (``SUITE``).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 
 from . import registry
-from .runtime import aligned_empty, prepare
 
-__all__ = ["main", "bench_op", "make_inputs"]
+__all__ = ["main", "make_inputs", "copy_roofline", "SUITE", "run_suite"]
+
+# Every family, at the inputs benchrefs give it (the dense, norm and attention ops at realistic
+# model shapes; pointwise ops at 2**24 elements).
+SUITE = (
+    "conv2d_grad", "depthwise_conv2d_grad", "conv3d_grad", "bmm_grad", "addmm_grad",
+    "flash_attn_grad", "fft_c2c_grad", "svd_grad", "cholesky_grad", "group_norm_grad",
+    "layer_norm_grad", "rms_norm_grad", "log_softmax_grad", "cross_entropy_with_softmax_grad",
+    "take_along_axis_grad", "index_select_grad", "gather_grad", "pad3d_grad", "grid_sample_grad",
+    "bilinear_interp_grad", "relu_grad", "sigmoid_grad", "silu_grad", "gelu_grad",
+    "tanh_double_grad", "atan2_grad", "concat_grad", "warpctc_grad", "cumsum_grad",
+    "max_pool2d_with_index_grad", "topk_grad", "roi_align_grad",
+)
 
 ATTR_BY_TYPE = {"float": 0.5, "double": 0.5, "Scalar": 2.0, "int": 1, "int64_t": 1, "bool": False}
 BENCH_ATTRS = {"prelu_grad": {"mode": "all"}}
@@ -61,23 +87,36 @@ def _second_broadcast_input(op):
     return names[1] if len(names) > 1 else None
 
 
-def _best(fn, repeat: int) -> float:
+def _times(fn, repeat: int) -> tuple[float, float]:
+    """(best, median) seconds of ``repeat`` calls after two warm-up calls."""
     fn()
-    best = float("inf")
-    for _ in range(repeat):
+    fn()
+    times = []
+    for _ in range(max(1, repeat)):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    return min(times), float(np.median(times))
 
 
-def _copy_roofline(nbytes: int, repeat: int) -> float:
-    """GB/s of np.copyto over buffers of nbytes/2 each (read + write = nbytes moved)."""
-    half = max(nbytes // 2 // 4, 1)
+def copy_roofline(nbytes: int, repeat: int) -> float:
+    """GB/s of a parallel copy (all TVM threads, vectorised) of nbytes/2 into nbytes/2: what
+    moving the same bytes costs at best on this machine."""
+    import tvm
+    from tvm import s_tir, te
+    half = max(nbytes // 2 // 4, 64)
+    half -= half % 64
+    a = te.placeholder((half,), "float32", name="a")
+    b = te.compute((half,), lambda i: a[i], name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "copy"))
+    outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, 64])
+    sch.parallel(outer)
+    sch.vectorize(inner)
+    kernel = tvm.compile(sch.mod, target="llvm")["copy"]
     src = np.random.default_rng(0).random(half, dtype=np.float32)
     dst = np.empty_like(src)
-    t = _best(lambda: np.copyto(dst, src), repeat)
-    return 2 * src.nbytes / t / 1e9
+    best, _ = _times(lambda: kernel(src, dst), repeat)
+    return 2 * src.nbytes / best / 1e9
 
 
 # -- Paddle / PyTorch -----------------------------------------------------------------------
@@ -137,80 +176,166 @@ def _torch_fn(op, inputs, attrs):
     return make(tensors, {**registry.get(op).spec.defaults, **attrs})
 
 
-# -- the run ----------------------------------------------------------------------------------
+# -- one framework's process -------------------------------------------------------------------
 
-def _aligned(value):
-    """``value`` in 64-byte aligned memory: the kernels assume it, and the runtime copies arrays
-    that are not (large numpy allocations start 16 bytes past a page), which is not the kernel's
-    time."""
-    if isinstance(value, list):
-        return [_aligned(v) for v in value]
-    if not isinstance(value, np.ndarray):
-        return value
-    out = aligned_empty(value.shape, value.dtype)
-    np.copyto(out, value)
-    return out
+FRAMEWORKS = ("tvmgrad", "torch", "paddle")
 
 
 def _nbytes(value) -> int:
     return sum(_nbytes(v) for v in value) if isinstance(value, list) else getattr(value, "nbytes", 0)
 
 
-def bench_op(op: str, n: int, dtype: str, broadcast: bool, repeat: int, roofline: float) -> dict:
-    inputs, attrs = make_inputs(op, n, dtype, broadcast)
-    inputs = {k: _aligned(v) for k, v in inputs.items()}
-    launch = prepare(op, inputs, attrs)
-    outs = {o.name: [aligned_empty(x.shape, x.dtype.numpy) for x in m] if isinstance(m, list)
-            else aligned_empty(m.shape, m.dtype.numpy)
-            for o, m in zip(launch.op.spec.outputs, launch.outputs) if m is not None}
-    ours = _best(lambda: launch(out=outs), repeat)
-    nbytes = sum(_nbytes(v) for v in inputs.values()) + sum(_nbytes(v) for v in outs.values())
-    row = {"op": op + (" (broadcast)" if broadcast else ""), "ms": ours * 1e3,
-           "gbs": nbytes / ours / 1e9}
-    row["roofline"] = row["gbs"] / roofline
-    from .benchrefs import flop_counts
-    count = flop_counts().get(op)
-    row["gflops"] = count(inputs, attrs) / ours / 1e9 if count else None
-    paddle_fn = None if (op, broadcast) in PADDLE_CRASHES else _paddle_fn(op, inputs, attrs)
-    row["paddle_ms"] = _best(paddle_fn, max(3, repeat // 4)) * 1e3 if paddle_fn else None
-    torch_fn = _torch_fn(op, inputs, attrs)
-    row["torch_ms"] = _best(torch_fn, max(3, repeat // 4)) * 1e3 if torch_fn else None
-    return row
+def _aligned(value):
+    """``value`` in 64-byte aligned memory: the runtime copies arrays that are not (the kernels
+    are built assuming it), which is not the kernel's time."""
+    if isinstance(value, list):
+        return [_aligned(v) for v in value]
+    if not isinstance(value, np.ndarray):
+        return value
+    from .runtime import aligned_empty
+    out = aligned_empty(value.shape, value.dtype)
+    np.copyto(out, value)
+    return out
+
+
+def _measure(framework: str, job: dict) -> dict:
+    """Time one op in this process: tvmgrad's kernel (and the roofline of its bytes), or a
+    reference framework's call on the same inputs."""
+    op, size, dtype, bcast, repeat = (job[k] for k in ("op", "size", "dtype", "broadcast", "repeat"))
+    inputs, attrs = make_inputs(op, size, dtype, bcast)
+    if framework == "tvmgrad":
+        from .runtime import prepare
+        inputs = {k: _aligned(v) for k, v in inputs.items()}
+        launch = prepare(op, inputs, attrs)
+        result = launch()
+        nbytes = sum(_nbytes(v) for v in inputs.values()) + sum(_nbytes(v) for v in result.values())
+        best, median = _times(launch, repeat)
+        from .benchrefs import flop_counts
+        count = flop_counts().get(op)
+        return {"best_ms": best * 1e3, "median_ms": median * 1e3, "bytes": nbytes,
+                "roofline_gbs": copy_roofline(nbytes, repeat),
+                "flops": count(inputs, attrs) if count else None}
+    make = _torch_fn if framework == "torch" else _paddle_fn
+    if framework == "paddle" and (op, bcast) in PADDLE_CRASHES:
+        return {"missing": "its binding crashes for this call"}
+    if _optional(framework) is None:
+        return {"missing": "not installed"}
+    fn = make(op, inputs, attrs)
+    if fn is None:
+        return {"missing": "no reference for this op"}
+    best, median = _times(fn, repeat)
+    return {"best_ms": best * 1e3, "median_ms": median * 1e3}
+
+
+def _worker(framework: str) -> int:
+    """``python -m tvmgrad.bench FRAMEWORK``: jobs (JSON) on stdin, one JSON result per line."""
+    threads = int(os.environ.get("TVM_NUM_THREADS", "1"))
+    if framework == "torch" and _optional("torch") is not None:
+        import torch
+        torch.set_num_threads(threads)
+    for job in json.loads(sys.stdin.read()):
+        try:
+            result = _measure(framework, job)
+        except Exception as exc:  # noqa: BLE001 - one failing reference must not end the table
+            result = {"missing": f"{type(exc).__name__}: {exc}"[:200]}
+        print(json.dumps({"op": job["op"], "broadcast": job["broadcast"], **result}), flush=True)
+    return 0
+
+
+def _environment(threads: int) -> dict:
+    """Same threads and the same allocator policy for every framework's process."""
+    env = dict(os.environ)
+    for var in ("TVM_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    env["MALLOC_MMAP_MAX_"] = "0"                       # large buffers from the heap too ...
+    env["MALLOC_TRIM_THRESHOLD_"] = str(1 << 62)         # ... which is never given back
+    env["MALLOC_TOP_PAD_"] = str(1 << 28)
+    return env
+
+
+def _run_worker(framework: str, jobs: list, threads: int) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "tvmgrad.bench", framework], input=json.dumps(jobs),
+                          capture_output=True, text=True, env=_environment(threads))
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            results[(r["op"], r["broadcast"])] = r
+    if proc.returncode and not results:
+        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        why = f"its process failed: {tail[0][:200]}"
+        return {(j["op"], j["broadcast"]): {"missing": why} for j in jobs}
+    return results
+
+
+def run_suite(specs, *, size: int, dtype: str, repeat: int, threads: int) -> list[dict]:
+    """One row per ``op[:bcast]`` spec: every framework timed in its own process."""
+    jobs = []
+    for spec in specs:
+        op, _, variant = spec.partition(":")
+        registry.get(op)                                  # unknown op -> ValueError now
+        jobs.append({"op": op, "broadcast": variant in ("bcast", "broadcast"), "size": size,
+                     "dtype": dtype, "repeat": repeat})
+    measured = {fw: _run_worker(fw, jobs, threads) for fw in FRAMEWORKS}
+    rows = []
+    for job in jobs:
+        key = (job["op"], job["broadcast"])
+        ours = measured["tvmgrad"].get(key, {"missing": "no result"})
+        row = {"op": job["op"] + (" (broadcast)" if job["broadcast"] else ""), "threads": threads}
+        if "missing" in ours:
+            row["error"] = ours["missing"]
+            rows.append(row)
+            continue
+        t = ours["best_ms"] / 1e3
+        row.update(ms=ours["best_ms"], median_ms=ours["median_ms"], gbs=ours["bytes"] / t / 1e9,
+                   roofline_gbs=ours["roofline_gbs"],
+                   gflops=ours["flops"] / t / 1e9 if ours.get("flops") else None)
+        row["roofline"] = row["gbs"] / ours["roofline_gbs"]
+        for fw in ("torch", "paddle"):
+            other = measured[fw].get(key, {"missing": "no result"})
+            row[f"{fw}_ms"] = other.get("best_ms")
+            row[f"{fw}_median_ms"] = other.get("median_ms")
+            row[f"x_{fw}"] = other["best_ms"] / ours["best_ms"] if "best_ms" in other else None
+            if "missing" in other:
+                row[f"{fw}_missing"] = other["missing"]
+        rows.append(row)
+    return rows
 
 
 def main(args) -> int:
-    import os
-    rows = []
-    roofline = _copy_roofline(3 * 4 * args.size, args.repeat)
-    for spec in args.ops:
-        op, _, variant = spec.partition(":")
-        rows.append(bench_op(op, args.size, args.dtype, variant in ("bcast", "broadcast"),
-                             args.repeat, roofline))
+    threads = getattr(args, "threads", None) or len(os.sched_getaffinity(0))
+    specs = list(SUITE) if getattr(args, "suite", False) else list(args.ops or [])
+    if not specs:
+        raise ValueError("name ops to benchmark, or --suite")
+    rows = run_suite(specs, size=args.size, dtype=args.dtype, repeat=args.repeat, threads=threads)
+    missing = {fw: how for fw, how in OPTIONAL.items()      # as its own process found it
+               if any(r.get(f"{fw}_missing") == "not installed" for r in rows)}
     if getattr(args, "json", False):
-        import json
-        print(json.dumps({"size": args.size, "dtype": args.dtype, "roofline_gbs": roofline,
-                          "threads": os.environ.get("TVM_NUM_THREADS"),
-                          "missing": [n for n in OPTIONAL if _optional(n) is None], "rows": rows},
-                         indent=1, default=str))
+        print(json.dumps({"size": args.size, "dtype": args.dtype, "threads": threads,
+                          "missing": sorted(missing), "rows": rows}, indent=1, default=str))
         return 0
-    print(f"{args.size} elements, {args.dtype}, TVM threads {os.environ.get('TVM_NUM_THREADS')}, "
-          f"copy roofline (numpy copyto) {roofline:.1f} GB/s")
-    for name, how in OPTIONAL.items():
-        if _optional(name) is None:
-            print(f"{name} is not installed: its columns read n/a ({how})")
-    header = (f"{'op':<28} {'tvmgrad ms':>10} {'GB/s':>7} {'%roof':>6} {'paddle ms':>10} "
-              f"{'x paddle':>8} {'torch ms':>9} {'x torch':>8}")
+    print(f"{args.dtype}, {threads} threads per framework, each in its own process; allocator keeps "
+          f"freed memory; roof = a {threads}-thread copy of the same bytes")
+    for name, how in missing.items():
+        print(f"{name} is not installed: its columns read n/a ({how})")
+    header = (f"{'op':<34} {'tvmgrad ms':>10} {'median':>8} {'GB/s':>7} {'%roof':>6} "
+              f"{'torch ms':>9} {'x torch':>8} {'paddle ms':>10} {'x paddle':>8}")
     print(header)
     print("-" * len(header))
-    for r in rows:
-        def ratio(other):
-            return f"{other / r['ms']:8.2f}" if other else f"{'n/a':>8}"
 
-        def ms(v):
-            return f"{v:10.3f}" if v else f"{'n/a':>10}"
+    def num(v, width, fmt):
+        return f"{v:{width}{fmt}}" if v is not None else f"{'n/a':>{width}}"
+    for r in rows:
+        if "error" in r:
+            print(f"{r['op']:<34} failed: {r['error']}")
+            continue
         flops = f" {r['gflops']:.1f} GFLOP/s" if r["gflops"] else ""
-        print(f"{r['op']:<28} {r['ms']:10.3f} {r['gbs']:7.1f} {100 * r['roofline']:5.0f}% "
-              f"{ms(r['paddle_ms'])} {ratio(r['paddle_ms'])} {ms(r['torch_ms'])[1:]} {ratio(r['torch_ms'])}"
-              f"{flops}")
-    print("x paddle / x torch: their time over ours (> 1: tvmgrad is faster)")
+        print(f"{r['op']:<34} {r['ms']:10.3f} {r['median_ms']:8.3f} {r['gbs']:7.1f} "
+              f"{100 * r['roofline']:5.0f}% {num(r['torch_ms'], 9, '.3f')} {num(r['x_torch'], 8, '.2f')} "
+              f"{num(r['paddle_ms'], 10, '.3f')} {num(r['x_paddle'], 8, '.2f')}{flops}")
+    print("x torch / x paddle: their best time over ours (> 1: tvmgrad is faster)")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1]))

@@ -346,10 +346,12 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common, as_json],
                        help="time kernels against Paddle, PyTorch and a memory copy")
-    p.add_argument("ops", nargs="+", metavar="OP[:bcast]", help="ops to time (:bcast broadcasts an input)")
+    p.add_argument("ops", nargs="*", metavar="OP[:bcast]", help="ops to time (:bcast broadcasts an input)")
+    p.add_argument("--suite", action="store_true", help="the fixed list covering every family")
+    p.add_argument("--threads", type=int, default=0, help="threads per framework (default: all cores)")
     p.add_argument("--size", type=int, default=1 << 24, help="elements per tensor (default 2**24)")
     p.add_argument("--dtype", default="float32", help="dtype of the inputs (default float32)")
-    p.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (best of)")
+    p.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (best and median)")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("cache", parents=[common, as_json], help="the kernel cache: info, clear, prune")

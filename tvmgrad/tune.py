@@ -340,7 +340,7 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
     from tvm.s_tir import meta_schedule as ms
 
     from . import schedules
-    from .bench import _copy_roofline, make_inputs
+    from .bench import copy_roofline, make_inputs
     from .logs import stdout_to_log
 
     resolved, ms_target = _tuning_target(target)
@@ -349,7 +349,7 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
     database = db if isinstance(db, Database) else Database(db)
     database._load(resolved.key, dtype)               # a corrupt/foreign DB fails before any work
     builder, runner = _builder_and_runner(rpc)
-    roofline = _copy_roofline(8 * size, 5) if only_below is not None else None
+    roofline = copy_roofline(8 * size, 5) if only_below is not None else None
     results = []
     for op in ops:
         entry = registry.get(op)
