@@ -228,7 +228,8 @@ def _swiglu_validate(call, outs):
         if tuple(ys) != tuple(x.shape):
             raise OpError(f"swiglu_grad: y has shape {list(ys)}, it must equal x's {list(x.shape)}")
         if tuple(g.shape) != tuple(x.shape):
-            raise OpError(f"swiglu_grad: out_grad has shape {list(g.shape)}, expected {list(x.shape)}")
+            raise OpError(f"swiglu_grad: out_grad has shape {list(g.shape)}, expected {list(x.shape)} "
+                          f"(the shape of x and y)")
         return
     if x.ndim == 0:
         raise OpError("swiglu_grad: without y, x must have at least one dim (its last holds both halves)")
@@ -236,7 +237,8 @@ def _swiglu_validate(call, outs):
         raise OpError(f"swiglu_grad: without y, x's last dim must be even, got {list(x.shape)}")
     want = tuple(x.shape[:-1]) + (x.shape[-1] // 2,)
     if tuple(g.shape) != want:
-        raise OpError(f"swiglu_grad: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise OpError(f"swiglu_grad: out_grad has shape {list(g.shape)}, expected {list(want)} "
+                      f"(half of x's last dim: without y, x holds both halves)")
 
 
 def _swiglu_terms(a, b, g):

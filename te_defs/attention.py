@@ -271,9 +271,18 @@ def _float_dtype(call, names):
 
 
 def _expect(call, name, shape, what=""):
+    """``name`` must have ``shape``; ``what`` says where it comes from (the inputs it is read off)."""
     got = _shape(call, name)
     if got != tuple(shape):
         _fail(call.op, f"input {name!r} must have shape {list(shape)}{what}, got {list(got)}")
+
+
+def _seed(call, name):
+    """The forward's (seed, offset) pair: int64 (or int32) of shape [2]; its values are not read."""
+    _index_input(call, name, ("int64", "int32"))
+    if _shape(call, name) != (2,):
+        _fail(call.op, f"input {name!r} must have shape [2] (the forward's seed and offset), got "
+                       f"{list(_shape(call, name))}")
 
 
 def _index_input(call, name, dtypes=("int32",)):
@@ -298,19 +307,24 @@ def _head_dim(call, name, d):
         _fail(call.op, f"input {name!r} has head_dim {d}; supported: 1..{MAX_HEAD_DIM}")
 
 
-def _lse(call, name, B, H, rows, total=None):
-    """lse view: [B, H, >= rows] (3-D) or [H, total] (2-D, unpadded lse)."""
+def _lse(call, name, B, H, rows, total=None, dt=None, dims="batch, num_heads, seqlen_q",
+         data="q"):
+    """lse view: [B, H, >= rows] (3-D) or [H, total] (2-D, unpadded lse). Its dtype: float32 (as
+    Paddle's kernels store it) or the data's dtype ``dt``."""
     m = call.meta(name)
-    if m.dtype.name not in FLOATS:
-        raise TypeError(f"{call.op}: input {name!r} has dtype {m.dtype.name}; it must be a float "
-                        f"tensor (the forward's float32 logsumexp)")
+    allowed = ("float32",) if dt is None or dt.name == "float32" else ("float32", dt.name)
+    if m.dtype.name not in allowed:
+        raise TypeError(f"{call.op}: input {name!r} has dtype {m.dtype.name}; it must be "
+                        f"{' or '.join(allowed)} (the forward's logsumexp of {data!r}, which is "
+                        f"{dt.name if dt else 'float'})")
     s = tuple(m.shape)
     if len(s) == 3 and s[0] == B and s[1] == H and s[2] >= rows:
         return 3
     if total is not None and len(s) == 2 and s == (H, total):
         return 2
     alt = f" or [{H}, {total}] (unpadded lse)" if total is not None else ""
-    _fail(call.op, f"input {name!r} must be [{B}, {H}, >= {rows}]{alt}, got {list(s)}")
+    _fail(call.op, f"input {name!r} must be [{B}, {H}, >= {rows}]{alt} ({dims} of {data!r}), got "
+                   f"{list(s)}")
 
 
 def _mask_view(call, name, B, H, Sq, Sk):
@@ -330,12 +344,13 @@ def _mask_view(call, name, B, H, Sq, Sk):
     return (b != 1 or B == 1, h != 1 or H == 1, q != 1 or Sq == 1), (b, h, q, k)
 
 
-def _cu(call, name, batch=None):
+def _cu(call, name, batch=None, like="cu_seqlens_q"):
     cu = _index_input(call, name)
     if cu.ndim != 1 or cu.shape[0] < 1:
         _fail(call.op, f"input {name!r} must be 1-D [batch + 1], got {list(cu.shape)}")
     if batch is not None and cu.shape[0] != batch + 1:
-        _fail(call.op, f"input {name!r} must have {batch + 1} entries, got {cu.shape[0]}")
+        _fail(call.op, f"input {name!r} must have {batch + 1} entries (as many as {like!r}), got "
+                       f"{cu.shape[0]}")
     if (np.diff(cu) < 0).any() or (cu.size and cu[0] < 0):
         _fail(call.op, f"input {name!r} must be non-decreasing and non-negative, got {cu.tolist()}")
     return cu
@@ -353,6 +368,9 @@ def _varlen_rows(call, cu_name, cu, max_len, rows, padded, what):
     elif cu.size and cu[-1] > rows:
         _fail(call.op, f"input {cu_name!r} ends at row {int(cu[-1])} but the packed input has "
                        f"{rows} rows")
+    elif max_len > rows:
+        _fail(call.op, f"attribute {what!r} = {max_len} exceeds the {rows} rows of the packed "
+                       f"input (no sequence can be longer)")
 
 
 # ------------------------------------------------------------------------------------------
@@ -616,14 +634,15 @@ def _check_flash_padded(call, q_name="q", k_name="k", v_name="v", packed=False):
                           f"{list(s)}")
         B, Sq, H, D = q
         Sk, Hk = k[1], k[2]
-        _expect(call, k_name, (B, Sk, Hk, D))
-        _expect(call, v_name, (B, Sk, Hk, D))
+        _expect(call, k_name, (B, Sk, Hk, D), f" ({q_name!r}'s batch and head_dim)")
+        _expect(call, v_name, (B, Sk, Hk, D), f" ({k_name!r}'s shape)")
         if Hk == 0 or H % Hk:
             _fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
         G = H // Hk
     _head_dim(call, "qkv" if packed else q_name, D)
-    _expect(call, "out", (B, Sq, H, D))
-    _expect(call, "out_grad", (B, Sq, H, D))
+    src = "'qkv'" if packed else repr(q_name)
+    _expect(call, "out", (B, Sq, H, D), f" (the shape of the query {src})")
+    _expect(call, "out_grad", (B, Sq, H, D), f" (the shape of the query {src})")
     return B, Sq, Sk, H, Hk, G, D
 
 
@@ -633,8 +652,8 @@ def _describe_padded(call, outs, packed=False, sparse=False):
     dt = _float_dtype(call, names)
     _no_dropout(call, "dropout")
     B, Sq, Sk, H, Hk, G, D = _check_flash_padded(call, packed=packed)
-    lse_rank = _lse(call, "softmax_lse", B, H, Sq)
-    _index_input(call, "seed_offset", ("int64", "int32"))
+    lse_rank = _lse(call, "softmax_lse", B, H, Sq, dt=dt, data="qkv" if packed else "q")
+    _seed(call, "seed_offset")
     Hs = ("Hk", G)
     if packed:
         templates = {"qkv": ("B", "S", G + 2, "Hk", D), "out": ("B", "S", Hs, D)}
@@ -750,6 +769,13 @@ def _sparse_view(call, B, H, Sk, G):
     if start < 0:
         _fail(op, f"attribute 'attn_mask_start_row' must be >= 0, got {start}")
     idx = np.asarray(call.tensors["attn_mask_start_row_indices"])
+    Sq = _shape(call, "q")[1]
+    if idx.size and idx.max() > Sq:
+        _fail(op, f"input 'attn_mask_start_row_indices' holds {int(idx.max())}, out of range "
+                  f"[0, {Sq}] (a start row of the {Sq} query rows of 'q', or {Sq}: none hidden)")
+    if start > Sq:
+        _fail(op, f"attribute 'attn_mask_start_row' = {start} is out of range [0, {Sq}] (the "
+                  f"query rows of 'q')")
     if idx.size and idx.min() < start:
         _fail(op, f"attribute 'attn_mask_start_row' = {start} promises no start row below it, but "
                   f"'attn_mask_start_row_indices' holds {int(idx.min())}")
@@ -813,21 +839,23 @@ def _describe_varlen(call, outs, packed=False):
                 _fail(op, f"input {n!r} must be 3-D [total, num_heads, head_dim], got {list(s)}")
         Tq, H, D = q
         Tk, Hk = k[0], k[1]
-        _expect(call, "k", (Tk, Hk, D))
-        _expect(call, "v", (Tk, Hk, D))
+        _expect(call, "k", (Tk, Hk, D), " ('q's head_dim)")
+        _expect(call, "v", (Tk, Hk, D), " ('k's shape)")
         if Hk == 0 or H % Hk:
             _fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
         G = H // Hk
         _head_dim(call, "q", D)
-    _expect(call, "out", (Tq, H, D))
-    _expect(call, "out_grad", (Tq, H, D))
+    src = "'qkv'" if packed else "'q'"
+    _expect(call, "out", (Tq, H, D), f" (the shape of the query {src})")
+    _expect(call, "out_grad", (Tq, H, D), f" (the shape of the query {src})")
     cq = _cu(call, "cu_seqlens_q")
     ck = _cu(call, "cu_seqlens_k", cq.shape[0] - 1)
     B = cq.shape[0] - 1
     _varlen_rows(call, "cu_seqlens_q", cq, mq, Tq, padded, "max_seqlen_q")
     _varlen_rows(call, "cu_seqlens_k", ck, mk, Tk, padded, "max_seqlen_k")
-    lse_rank = _lse(call, "softmax_lse", B, H, mq, total=Tq)
-    _index_input(call, "seed_offset", ("int64", "int32"))
+    lse_rank = _lse(call, "softmax_lse", B, H, mq, total=Tq, dt=dt,
+                    dims="sequences, num_heads, max_seqlen_q", data="qkv" if packed else "q")
+    _seed(call, "seed_offset")
     Hs = ("Hk", G)
     if packed:
         templates = {"qkv": ("Tq", G + 2, "Hk", D)}
@@ -989,10 +1017,10 @@ def _describe_mea(call, outs):
     B, Mq, H, D = q
     Mk = k[1]
     Dv = v[3]
-    _expect(call, "key", (B, Mk, H, D))
-    _expect(call, "value", (B, Mk, H, Dv))
-    _expect(call, "output", (B, Mq, H, Dv))
-    _expect(call, "output_grad", (B, Mq, H, Dv))
+    _expect(call, "key", (B, Mk, H, D), " ('query's batch, heads and head_dim)")
+    _expect(call, "value", (B, Mk, H, Dv), " ('key's batch, seqlen and heads)")
+    _expect(call, "output", (B, Mq, H, Dv), " ('query's batch, seqlen, heads; 'value's head_dim)")
+    _expect(call, "output_grad", (B, Mq, H, Dv), " (the shape of 'output')")
     _head_dim(call, "query", D)
     _head_dim(call, "value", Dv)
     cu_given = [call.tensors[n] is not None for n in ("cu_seqlens_q", "cu_seqlens_k")]
@@ -1023,13 +1051,14 @@ def _describe_mea(call, outs):
         _varlen_rows(call, "cu_seqlens_q", cq, mq, Mq, False, "max_seqlen_q")
         _varlen_rows(call, "cu_seqlens_k", ck, mk, Mk, False, "max_seqlen_k")
         nb = cq.shape[0] - 1
-        _lse(call, "logsumexp", nb, H, mq)
+        _lse(call, "logsumexp", nb, H, mq, dt=dt, dims="sequences, num_heads, max_seqlen_q",
+             data="query")
         templates["cu_seqlens_q"] = ("Bp1",)
         templates["cu_seqlens_k"] = ("Bp1",)
         templates["logsumexp"] = ("Bl", "H", "Lq")
         scalars += [("max_seqlen_q", "int64", mq), ("max_seqlen_k", "int64", mk)]
     else:
-        _lse(call, "logsumexp", B, H, Mq)
+        _lse(call, "logsumexp", B, H, Mq, dt=dt, dims="batch, num_heads, seqlen", data="query")
         templates["logsumexp"] = ("B", "H", "Lq")
         if bias is not None:
             s = tuple(bias.shape)
@@ -1046,7 +1075,7 @@ def _describe_mea(call, outs):
             else:
                 _fail(op, f"input 'bias' must be [{Mq}, {Mk}] or [{B} or 1, {H} or 1, {Mq}, {Mk}], "
                           f"got {list(s)}")
-    _index_input(call, "seed_and_offset", ("int64", "int32"))
+    _seed(call, "seed_and_offset")
     templates["output_grad"] = templates["output"]
     info = (("D", D), ("Dv", Dv), ("causal", bool(call.attrs["causal"])), ("varlen", varlen),
             ("bias", bias_info))

@@ -96,6 +96,8 @@ class Mixed(Pointwise):
             self.check(call, dts)
         if len({d.name for d in dts.values()}) == 1 and dts[present[0]].name in self.dtypes:
             return super().plan(call, outs)         # one dtype: the plain pointwise kernel
+        if self.validate is not None:
+            self.validate(call, outs)
         wide = any(as_dtype(real_dtype(d.name)).compute == "float64" for d in dts.values())
         compute = "float64" if wide else "float32"
         shapes = {n: call.meta(n).shape for n in present}
@@ -218,13 +220,22 @@ def imag_grad(out_grad):
     return Complex(const(0.0, out_grad), out_grad)
 
 
+def complex_of(name: str) -> str:
+    """The complex dtype a real dtype makes (Paddle has no complex32: half types give complex64)."""
+    return "complex128" if name == "float64" else "complex64"
+
+
 def _complex_grad_check(call, dts):
-    if dts["out_grad"].lanes != 2:
-        raise TypeError(f"{call.op}: input 'out_grad' has dtype {dts['out_grad'].name}; it must be "
-                        f"the complex dtype of real/imag")
     for n in ("real", "imag"):
         if dts[n].lanes != 1:
             raise TypeError(f"{call.op}: input {n!r} has dtype {dts[n].name}; it must be real")
+    if dts["imag"] != dts["real"]:
+        raise TypeError(f"{call.op}: input 'imag' has dtype {dts['imag'].name} but 'real' has "
+                        f"{dts['real'].name}; they must match")
+    want = complex_of(dts["real"].name)
+    if dts["out_grad"].name != want:
+        raise TypeError(f"{call.op}: input 'out_grad' has dtype {dts['out_grad'].name}; it must be "
+                        f"{want}, the complex dtype of real/imag ({dts['real'].name})")
 
 
 @mixed(dtypes=FLOATS + COMPLEX, check=_complex_grad_check, broadcast=("real", "imag", "out_grad"),
@@ -243,6 +254,9 @@ def _angle_check(call, dts):
     if x.lanes == 1 and x != g:
         raise TypeError(f"{call.op}: input 'out_grad' has dtype {g.name} but 'x' has {x.name}; "
                         f"they must match")
+    if x.lanes == 2 and g.name != real_dtype(x.name):
+        raise TypeError(f"{call.op}: input 'out_grad' has dtype {g.name}; for 'x' of dtype {x.name} "
+                        f"it must be {real_dtype(x.name)} (the dtype of angle(x))")
 
 
 @mixed(dtypes=FLOATS + COMPLEX, check=_angle_check, mixed_precision=True)

@@ -167,20 +167,21 @@ def _conv_geom(call, S, *, x="input", filter="filter", out="out_grad", transpose
         n_out = (big[i] + lo[i] + hi[i] - span) // strides[i] + 1
         if big[i] + lo[i] + hi[i] < span or n_out <= 0:
             if not transpose:
-                _fail(op, f"the filter (size {k[i]}, dilation {dil[i]}, span {span}) is larger "
-                          f"than the padded input ({big[i]} + {lo[i]} + {hi[i]}) in spatial dim "
-                          f"{i}")
+                _fail(op, f"the filter {filter!r} (size {k[i]}, dilations {dil[i]}, span {span}) is "
+                          f"larger than the padded input {x!r} ({big[i]} + paddings {lo[i]} + "
+                          f"{hi[i]}) in spatial dim {i}")
         if transpose:
             # the transposed conv's output size may exceed the formula by up to stride - 1
             lo_size = (small[i] - 1) * strides[i] - lo[i] - hi[i] + span
             if not lo_size <= big[i] < lo_size + strides[i]:
                 _fail(op, f"input {out!r} has spatial size {big[i]} in dim {i}, but "
-                          f"conv_transpose of {small[i]} gives {lo_size} (+ output_padding < "
-                          f"stride {strides[i]})")
+                          f"conv_transpose of {x!r} ({small[i]}) with {filter!r} ({k[i]}), strides "
+                          f"{strides[i]}, paddings {lo[i]}+{hi[i]}, dilations {dil[i]} gives "
+                          f"{lo_size} (+ output_padding < strides {strides[i]})")
         elif n_out != small[i]:
             _fail(op, f"input {out!r} has spatial size {small[i]} in dim {i}, but the "
-                      f"convolution gives {n_out} (input {big[i]}, filter {k[i]}, stride "
-                      f"{strides[i]}, padding {lo[i]}+{hi[i]}, dilation {dil[i]})")
+                      f"convolution gives {n_out} ({x!r} {big[i]}, {filter!r} {k[i]}, strides "
+                      f"{strides[i]}, paddings {lo[i]}+{hi[i]}, dilations {dil[i]})")
     geom = Geom(S, last, groups, tuple(k), tuple(strides), tuple(dil), tuple(lo), tuple(hi))
     if transpose:
         sizes = dict(N=N, Cg=C // groups, Og=Oc // groups, I=tuple(I), O=tuple(O))

@@ -19,7 +19,9 @@ objectness, C class scores), lg = loss_grad[n]:
 Difference from Paddle: Paddle *assigns* a gt's entries, so when two gt boxes match the same
 anchor of the same cell only the last one's gradient survives, although the forward loss adds
 both terms. The grad of that loss is the sum, which is computed here (identical whenever no two
-matched boxes share an anchor cell). ``scale_x_y`` and ``ignore_thresh`` only enter the forward
+matched boxes share an anchor cell; tests/test_detection.py checks it against central differences
+of Paddle's own forward, which Paddle's kernel misses by ~0.4 on such cells). Labels of matched
+boxes must lie in [0, class_num). ``scale_x_y`` and ``ignore_thresh`` only enter the forward
 (through objectness_mask). Paddle never writes gt_box_grad, gt_label_grad or gt_score_grad (the
 ground truth is not differentiated): not produced. Matched boxes whose cell lies outside the grid
 (Paddle writes out of bounds there) are rejected, and so is a non-square grid (H != W: Paddle's
@@ -33,12 +35,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmgrad.families import tensor_op
+from tvmgrad.families.tensor import TensorOp
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
 
 
 def _check(call, outs):
+    """Attributes and shapes (always, graphs included), then the values (with data)."""
+    _check_shapes(call)
+    if call.has_data:
+        _check_values(call)
+
+
+def _check_shapes(call):
     op = call.op
     a = call.attrs
     x = call.meta("x")
@@ -77,12 +86,24 @@ def _check(call, outs):
     if tuple(call.meta("loss_grad").shape) != (N,):
         raise ValueError(f"{op}: input 'loss_grad' must be [{N}], got "
                          f"{list(call.meta('loss_grad').shape)}")
+
+
+def _check_values(call):
+    op, a, x = call.op, call.attrs, call.meta("x")
+    C, M = a["class_num"], len(a["anchor_mask"])
+    N, ch, H, W = x.shape
     match = np.asarray(call.tensors["gt_match_mask"])
     if match.size and (match.min() < -1 or match.max() >= M):
         raise ValueError(f"{op}: input 'gt_match_mask' must hold -1 or an anchor_mask index "
                          f"in [0, {M})")
-    box = np.asarray(call.tensors["gt_box"]).astype(np.float64)
     hit = match >= 0
+    label = np.asarray(call.tensors["gt_label"])
+    bad = hit & ((label < 0) | (label >= C))
+    if bad.any():
+        n, t = np.argwhere(bad)[0]
+        raise ValueError(f"{op}: input 'gt_label' holds {label[n, t]} at [{n}, {t}] (a matched box), "
+                         f"out of range: class labels lie in [0, {C})")
+    box = np.asarray(call.tensors["gt_box"]).astype(np.float64)
     if hit.any():
         dt = np.float32 if str(x.dtype.name) != "float64" else np.float64
         gi = (box[..., 0].astype(dt) * dt(W)).astype(np.int64)
@@ -95,8 +116,18 @@ def _check(call, outs):
                              f"outside the {H}x{W} grid")
 
 
-@tensor_op(float_inputs=("x", "gt_box", "gt_score", "objectness_mask", "loss_grad"), pattern="rnn_plain",
-           index_dtypes=("int32", "int64"), validate=_check)
+class _YoloOp(TensorOp):
+    """tensor_op whose shape checks also run without data (TensorOp validates only with data)."""
+
+    def plan(self, call, outs):
+        if not call.has_data:
+            self.checked_inputs(call)
+            _check_shapes(call)
+        return super().plan(call, outs)
+
+
+@_YoloOp.decorator(float_inputs=("x", "gt_box", "gt_score", "objectness_mask", "loss_grad"),
+                   pattern="rnn_plain", index_dtypes=("int32", "int64"), validate=_check)
 def yolo_loss_grad(x, gt_box, gt_label, gt_score, objectness_mask, gt_match_mask, loss_grad,
                    anchors, anchor_mask, class_num, ignore_thresh, downsample_ratio,
                    use_label_smooth, scale_x_y):

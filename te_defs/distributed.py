@@ -129,7 +129,7 @@ def global_gather(x, local_count, global_count, ring_id, use_calc_stream):
 # ------------------------------------------------------------------------------------------
 # parameter-server pushes
 
-def _slots_check(call, ids_name, grad_name, widths=None):
+def _slots_check(call, ids_name, grad_name, widths=None, width_attr="size"):
     op = call.op
     ids, grads = call.meta(ids_name), call.meta(grad_name)
     rows = None
@@ -142,8 +142,8 @@ def _slots_check(call, ids_name, grad_name, widths=None):
             raise ValueError(f"{op}: input '{ids_name}[{s}]' must be [rows] or [rows, 1] with "
                              f"{grad_name}[{s}]'s {gm.shape[0]} rows, got {list(im.shape)}")
         if widths is not None and gm.shape[1] != widths[s]:
-            raise ValueError(f"{op}: input '{grad_name}[{s}]' must have {widths[s]} columns, got "
-                             f"{gm.shape[1]}")
+            raise ValueError(f"{op}: input '{grad_name}[{s}]' must have {widths[s]} columns (the "
+                             f"width attribute {width_attr!r} gives), got {gm.shape[1]}")
         if rows is None:
             rows = n
         elif n != rows:
@@ -225,7 +225,16 @@ def _pull_sparse_v2_check(call, outs):
         raise ValueError(f"{op}: inputs 'ids' and 'out_grad' must have as many tensors, got "
                          f"{len(ids)} and {len(grads)}")
     dim = call.attrs["embedding_dim"]
-    _slots_check(call, "ids", "out_grad", [dim] * len(grads))
+    if dim <= 0:
+        raise ValueError(f"{op}: attribute 'embedding_dim' must be positive, got {dim}")
+    _slots_check(call, "ids", "out_grad", [dim] * len(grads), "embedding_dim")
+    for i, m in enumerate(w):
+        if m.ndim != 2 or m.shape[1] != dim:
+            raise ValueError(f"{op}: input 'w[{i}]' (the embedding table) must be 2-D [rows, "
+                             f"embedding_dim = {dim}], got {list(m.shape)}")
+        if m.dtype != grads[0].dtype:
+            raise TypeError(f"{op}: input 'w[{i}]' has dtype {m.dtype.name} but 'out_grad[0]' has "
+                            f"{grads[0].dtype.name}; they must match")
 
 
 @tensor_op(float_inputs=("w", "out_grad"), index_dtypes=("int64",), pattern="rnn_plain",
@@ -250,6 +259,8 @@ def _push_gpups_check(call, outs):
     if size and len(size) != n:
         raise ValueError(f"{op}: attribute 'size' must give one embedding width per slot ({n}), "
                          f"got {list(size)}")
+    if any(w <= 0 for w in size):
+        raise ValueError(f"{op}: attribute 'size' must hold positive widths, got {list(size)}")
     _slots_check(call, "ids", "out_grad", list(size) if size else None)
     widths = {m.shape[1] for m in call.meta("out_grad")}
     if not size and len(widths) > 1:

@@ -20,6 +20,10 @@ The transform runs one axis at a time on flat complex buffers seen as (outer, L,
 
 One kernel serves every size whose "power of two" pattern over the axes matches (log2 L, M, log2 M
 are runtime arguments). Complex numbers are float pairs (a trailing dim of 2).
+
+Size-0 dims: an empty grad needs no kernel (none runs: the stage index math would divide by the
+zero size, SIGFPE); fft_c2r_grad over a transform axis of size 0 is a ValueError, as in Paddle
+("Invalid fft n-point (0)"), while c2c and r2c give the empty grad as Paddle does.
 """
 
 from __future__ import annotations
@@ -111,7 +115,18 @@ class FFTOp(OpImpl):
             if self.kind == "c2r" and attrs["last_dim_size"] > 0 and g.shape[axes[-1]] != attrs["last_dim_size"]:
                 raise ValueError(f"{op}: out_grad has size {g.shape[axes[-1]]} along axis {axes[-1]} but "
                                  f"last_dim_size is {attrs['last_dim_size']}; they must match")
-        pow2 = tuple(_pow2(signal[a]) or signal[a] == 0 for a in axes)
+        if self.kind == "c2r":
+            for a in axes:
+                if g.shape[a] == 0:
+                    raise ValueError(f"{op}: out_grad has size 0 along transform axis {a}: a c2r "
+                                     f"transform of 0 points is undefined (Paddle: invalid fft "
+                                     f"n-point 0)")
+        if math.prod(out.shape) == 0:
+            # an empty grad (a size-0 dim, on a transform axis or not): nothing to compute, as
+            # Paddle (the kernels' index math would divide by the zero size)
+            return Plan(key=("fft", op, g.dtype.name, out.dtype.name, "empty"),
+                        symbol=f"{op}_{g.dtype.name}_empty", make=None, args=())
+        pow2 = tuple(_pow2(signal[a]) for a in axes)
         norm = _norm(attrs["normalization"], attrs["forward"])
         sign = 1.0 if attrs["forward"] else -1.0        # the grad runs the other direction
         n_sig = math.prod(signal[a] for a in axes)

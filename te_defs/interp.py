@@ -400,6 +400,8 @@ def _interp_host(call, outs, dt):
     last, ranks = LAYOUTS[fmt]
     if rank not in ranks:
         fail(op, f"attribute 'data_format' {fmt!r} does not fit a {rank}-D input")
+    if a["align_mode"] not in (0, 1):
+        fail(op, f"attribute 'align_mode' must be 0 or 1, got {a['align_mode']}")
     method = a["interp_method"]
     if method not in METHODS:
         fail(op, f"attribute 'interp_method' is {method!r}; expected one of {', '.join(METHODS)}")
@@ -419,6 +421,7 @@ def _interp_host(call, outs, dt):
     # --- output size by Paddle's precedence -------------------------------------------------
     out_attr = {"d": a["out_d"], "h": a["out_h"], "w": a["out_w"]}
     out_sizes = [out_attr[nm] for nm in names]
+    source = "attributes " + ", ".join(repr(f"out_{nm}") for nm in names)
     scales = [-1.0] * S
     st = host_array(call, "scale_tensor")
     if st is not None:
@@ -446,12 +449,15 @@ def _interp_host(call, outs, dt):
             fail(op, f"attribute 'scale' is {list(a['scale'])}; scales must be > 0")
     if all(s > 0 for s in scales):
         out_sizes = [int(np.float32(i) * np.float32(s)) for i, s in zip(in_sizes, scales)]
+        source = (f"{'input scale_tensor' if st is not None else 'attribute scale'} {scales} "
+                  f"times the spatial size {in_sizes} of 'x'")
     if call.tensors.get("out_size") is not None:
         (os_,) = _read_ints(call, "out_size", "the output size")
         os_ = os_.reshape(-1)
         if os_.size < S:
             fail(op, f"input 'out_size' holds {os_.size} values; a {S}-D interpolation needs {S}")
         out_sizes = [int(v) for v in os_[:S]]
+        source = "input 'out_size'"
     if call.tensors.get("size_tensor") is not None and len(call.tensors["size_tensor"]) > 0:
         parts = _read_ints(call, "size_tensor", "the output size")
         for i, p in enumerate(parts):
@@ -462,9 +468,11 @@ def _interp_host(call, outs, dt):
             fail(op, f"input 'size_tensor' holds {len(parts)} tensors; a {S}-D interpolation "
                      f"needs {S}")
         out_sizes = [int(p.reshape(-1)[0]) for p in parts[:S]]
+        source = "input 'size_tensor'"
     if out_sizes != g_sizes:
         fail(op, f"input 'output_grad' has spatial size {g_sizes} but the output size given by "
-                 f"size_tensor/out_size/scale/out_{''.join(names)} is {out_sizes}")
+                 f"{source} (Paddle's precedence: size_tensor, out_size, scale, "
+                 f"out_{'/out_'.join(names)}) is {out_sizes}")
     if in_sizes == out_sizes:
         h.alias = {"x_grad": "output_grad"}       # Paddle copies output_grad
         return h
@@ -1064,7 +1072,8 @@ def _affine_host(call, outs, dt):
     want = (gm.shape[0], S, S + 1)
     if tuple(im.shape) != want:
         fail(op, f"input 'input' (theta) must have shape {list(want)} for output_shape "
-                 f"{list(shape)}, got {list(im.shape)}")
+                 f"{list(shape)} and the batch of 'output_grad' {list(gm.shape)}, got "
+                 f"{list(im.shape)}")
     if im.dtype != gm.dtype:
         raise TypeError(f"{op}: input 'input' has dtype {im.dtype.name} but 'output_grad' has "
                         f"{gm.dtype.name}; they must match")

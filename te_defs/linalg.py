@@ -32,7 +32,7 @@ from tvmgrad.families.base import Arg, Plan
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.pointwise import _coalesce
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
-from tvmgrad.infer_meta import MetaError, broadcast_shapes
+from tvmgrad.infer_meta import MetaError, broadcast_shapes, same_shape
 from tvmgrad.lazy import te, tirx
 
 from ._extern import units
@@ -95,19 +95,29 @@ class LinalgOp(TensorOp):
     ``core(call, outs) -> {name: tuple}``: the core dims of every tensor input/output (symbol
     names, or ints baked into the kernel); ``extra(call, outs) -> tuple``: hashable build info the
     builder reads as ``info().extra`` (goes into the key); ``check(call, outs)``: validation that
-    shape inference cannot do.
+    shape inference cannot do. ``bcast``: the tensors whose batch dims broadcast against each
+    other (solve's x and y, and their grads); every other tensor's batch dims must be exactly
+    theirs (without ``bcast``: those of the first tensor), as Paddle's kernels assume.
+    ``dtype_exempt(call) -> names``: float inputs whose dtype ``check`` judges instead (an input
+    that is not read).
     """
 
     family_kind = "tensor"
 
-    def __init__(self, fn, *, core, extra=None, check=None, pattern="la_seq", **options):
+    def __init__(self, fn, *, core, extra=None, check=None, pattern="la_seq", bcast=(),
+                 dtype_exempt=None, **options):
         super().__init__(fn, validate=check, pattern=pattern, **options)
         self.core = core
         self.extra = extra
+        self.bcast = tuple(bcast)
+        self.dtype_exempt = dtype_exempt
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
-        present, dt, metas = self.checked_inputs(call)
+        exempt = tuple(self.dtype_exempt(call)) if self.dtype_exempt else ()
+        present, dt, metas = self.checked_inputs(call, exclude=exempt)
+        metas = {n: m for n, m in metas.items() if n not in exempt}
+        present = [n for n in present if n not in exempt]
         if self.validate is not None:
             self.validate(call, outs)
         core = {n: _core(t) for n, t in self.core(call, outs).items()}
@@ -123,18 +133,26 @@ class LinalgOp(TensorOp):
             if len(shape) < nl + nt:
                 raise ValueError(f"{op}: {n!r} has shape {list(shape)}; it needs at least "
                                  f"{nl + nt} dims")
-            for sym, d in zip(c.lead + c.trail, shape[:nl] + shape[len(shape) - nt:]):
+            where = list(range(nl)) + list(range(len(shape) - nt, len(shape)))
+            for sym, d, at in zip(c.lead + c.trail, shape[:nl] + shape[len(shape) - nt:], where):
                 if isinstance(sym, str):
                     if sizes.setdefault(sym, d) != d:
                         raise ValueError(f"{op}: {n!r} has shape {list(shape)}, which does not match "
                                          f"the other inputs (dim {sym} is {sizes[sym]} elsewhere)")
                 elif sym != d:
-                    raise ValueError(f"{op}: {n!r} has shape {list(shape)}; dim {d} must be {sym}")
+                    raise ValueError(f"{op}: {n!r} has shape {list(shape)}; its dim {at} must be "
+                                     f"{sym}, got {d}")
             batches[n] = shape[nl: len(shape) - nt]
+        free = [n for n in names if n in self.bcast] or names[:1]
         try:
-            domain = broadcast_shapes(*(batches[n] for n in names), names=tuple(names))
+            domain = broadcast_shapes(*(batches[n] for n in free), names=tuple(free))
         except MetaError as exc:
             raise ValueError(f"{op}: batch dims: {exc}") from None
+        for n in names:
+            if n not in free and not same_shape(batches[n], domain):
+                raise ValueError(f"{op}: {n!r} has shape {list(all_metas[n].shape)}: its batch dims "
+                                 f"{list(batches[n])} must be {list(domain)} (those of "
+                                 f"{' and '.join(repr(f) for f in free)})")
         groups, masks = _coalesce(domain, [batches[n] for n in names], names, op)
         mask_of = {n: tuple(m[i] for m in masks) for i, n in enumerate(names)}
         def dims(tpl):
@@ -773,6 +791,7 @@ from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: E402,F401
 from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: E402,F401
 
 _SQ = ("n", "n")
+_XY = ("x", "y", "x_grad", "y_grad")      # solve-like ops: x and y broadcast their batch dims
 
 
 def _eps(dt) -> float:
@@ -890,7 +909,7 @@ def _solve_core(call, outs):
     return {"x": _SQ, "y": m, "out": m, "out_grad": m, "x_grad": _SQ, "y_grad": m}
 
 
-@linalg_op(dtypes=REAL_DTYPES, core=_solve_core, extra=lambda call, outs: (_solve_vector(call),))
+@linalg_op(dtypes=REAL_DTYPES, core=_solve_core, extra=lambda call, outs: (_solve_vector(call),), bcast=_XY)
 def solve_grad(x, y, out, out_grad):
     """out = x^{-1} y:  y_grad = x^{-T} out_grad (LU solve),  x_grad = -y_grad · out^T, each
     summed over the batch dims it was broadcast along; y may be a vector or a batch of vectors
@@ -918,7 +937,7 @@ def _bin_core(call, outs):
             "x_grad": _SQ, "y_grad": ("n", "k")}
 
 
-@linalg_op(dtypes=LA_DTYPES, core=_bin_core)
+@linalg_op(dtypes=LA_DTYPES, core=_bin_core, bcast=_XY)
 def triangular_solve_grad(x, y, out, out_grad, upper, transpose, unitriangular):
     """out = op(x)^{-1} y (op = transpose or identity):  y_grad = op(x)^{-H} out_grad (a
     triangular solve),  x_grad = -y_grad · out^H (transpose: -conj(out) · y_grad^T) restricted to x's
@@ -969,7 +988,7 @@ def _cholesky_solve(lf: Mx, g: Mx, upper: bool, name: str) -> Mx:
 
 @linalg_op(dtypes=REAL_DTYPES,
            core=lambda call, outs: {"x": ("n", "k"), "y": _SQ, "out": ("n", "k"), "out_grad": ("n", "k"),
-                                    "x_grad": ("n", "k"), "y_grad": _SQ})
+                                    "x_grad": ("n", "k"), "y_grad": _SQ}, bcast=_XY)
 def cholesky_solve_grad(x, y, out, out_grad, upper):
     """out = (y y^T)^{-1} x (upper: (y^T y)^{-1} x):  x_grad = cholesky_solve(out_grad, y);
     C = x_grad · out^T + (x_grad · out^T)^T;  y_grad = -C·y (upper: -y·C), lower (upper) triangle;
@@ -990,8 +1009,13 @@ def _lu_unpack_core(call, outs):
     return {"x": ("m", "n"), "l_grad": ("m", "k"), "u_grad": ("k", "n"), "x_grad": ("m", "n")}
 
 
+def _lu_unpack_check(call, outs):
+    _check_pivots(call, "y")
+
+
 @linalg_op(dtypes=LA_DTYPES, core=_lu_unpack_core, index_dtypes=("int32", "int64"),
-           float_inputs=("x", "l", "u", "pmat", "l_grad", "u_grad"))
+           float_inputs=("x", "l", "u", "pmat", "l_grad", "u_grad"), check=_lu_unpack_check,
+           dtype_exempt=lambda call: () if call.attrs["unpack_pivots"] else ("pmat",))
 def lu_unpack_grad(x, y, l, u, pmat, l_grad, u_grad, unpack_ludata, unpack_pivots):
     """x_grad = tril(l_grad, -1) + triu(u_grad), each placed in x's m x n shape (the pivots and
     the permutation matrix have no grad)"""
@@ -1049,16 +1073,21 @@ def _lu_core(call, outs):
     return {"x": ("m", "n"), "out": ("m", "n"), "pivots": ("k",), "out_grad": ("m", "n"), "x_grad": ("m", "n")}
 
 
-def _lu_check(call, outs):
-    piv = call.tensors["pivots"]
-    if piv is None or not hasattr(piv, "dtype"):
+def _check_pivots(call, name):
+    """LAPACK pivots (1-based row indices) lie in [1, m] (m = x's rows)."""
+    piv = call.tensors[name]
+    if piv is None or not call.has_data:
         return
     import numpy as np
     m = call.meta("x").shape[-2]
     p = np.asarray(piv)
     if p.size and (p.min() < 1 or p.max() > m):
-        raise ValueError(f"{call.op}: input 'pivots' holds {int(p.min())}..{int(p.max())}; LU pivots "
+        raise ValueError(f"{call.op}: input {name!r} holds {int(p.min())}..{int(p.max())}; LU pivots "
                          f"are 1-based row indices in [1, {m}]")
+
+
+def _lu_check(call, outs):
+    _check_pivots(call, "pivots")
 
 
 @linalg_op(dtypes=LA_DTYPES, core=_lu_core, check=_lu_check, float_inputs=("x", "out", "out_grad"),
@@ -1114,6 +1143,8 @@ def _qr_core(call, outs):
 
 def _qr_check(call, outs):
     mode = call.attrs["mode"]
+    if call.meta("x").ndim < 2:
+        raise ValueError(f"{call.op}: 'x' has shape {list(call.meta('x').shape)}; it needs at least 2 dims")
     m, n = call.meta("x").shape[-2:]
     if mode not in ("reduced", "complete", "r"):
         raise ValueError(f"{call.op}: attribute 'mode' is {mode!r}; it must be 'reduced', 'complete' or 'r'")
@@ -1122,6 +1153,12 @@ def _qr_check(call, outs):
     if mode == "complete" and m > n:
         raise ValueError(f"{call.op}: the derivative of qr is not implemented when mode='complete' and "
                          f"m > n ({m} > {n}), as in Paddle")
+    kq = m if mode == "complete" else min(m, n)
+    for name, dim in (("q", -1), ("r", -2)):
+        meta = call.meta(name)
+        if meta.ndim < 2 or meta.shape[dim] != kq:
+            raise ValueError(f"{call.op}: {name!r} has shape {list(meta.shape)}; for x of shape "
+                             f"{list(call.meta('x').shape)} (mode={mode!r}) its dim {dim} must be {kq}")
 
 
 def _qr_square(dq: Mx, dr: Mx, q: Mx, r: Mx, name: str) -> Mx:
@@ -1186,13 +1223,30 @@ def _real_pair_check(names):
     return check
 
 
+def _svd_check(call, outs):
+    """u [*, m, ku], vh [*, kv, n], s [*, k] with k = min(m, n): ku = kv = k, or ku = m and
+    kv = n with full_matrices (the grads likewise, checked against these by the core dims)."""
+    _real_pair_check(("s", "s_grad"))(call, outs)
+    x = call.meta("x")
+    if x.ndim < 2:
+        raise ValueError(f"{call.op}: 'x' has shape {list(x.shape)}; it needs at least 2 dims")
+    m, n = x.shape[-2:]
+    k = min(m, n)
+    full = call.attrs["full_matrices"]
+    for name, dim, want in (("u", -1, m if full else k), ("vh", -2, n if full else k), ("s", -1, k)):
+        meta = call.meta(name)
+        if meta.ndim < (1 if name == "s" else 2) or meta.shape[dim] != want:
+            raise ValueError(f"{call.op}: {name!r} has shape {list(meta.shape)}; for x of shape "
+                             f"{list(x.shape)} (full_matrices={full}) its dim {dim} must be {want}")
+
+
 def _svd_extra(call, outs):
     m, n = call.meta("x").shape[-2:]
     return (m > min(m, n), n > min(m, n))
 
 
 @linalg_op(dtypes=LA_DTYPES, core=_svd_core, extra=_svd_extra, index_dtypes=("float32", "float64", "float16", "bfloat16"),
-           float_inputs=("x", "u", "vh", "u_grad", "vh_grad"), check=_real_pair_check(("s", "s_grad")))
+           float_inputs=("x", "u", "vh", "u_grad", "vh_grad"), check=_svd_check)
 def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices):
     """With k = min(m, n), U = u[:, :k], Vh = vh[:k] (full_matrices cuts them, and their grads),
     F_ij = 1 / (s_j² - s_i²) (0 on the diagonal):

@@ -12,7 +12,8 @@ merge adjacent dims broadcasting alike (one kernel per broadcast pattern, as ``@
 Paddle 3.3.1 notes: ``partial_sum``'s kernels use a negative ``start_index`` unnormalised (the
 forward reads before each row, the grad writes before its buffer: heap corruption); here, as in
 ``partial_concat``, a negative start counts from the end. Its ``expand_grad``/``expand_as_grad`` ignore the ``shape``/``target_shape``
-attribute (the reduction follows x's and out_grad's shapes), and so do these. The list-output
+attribute (the reduction follows x's and out_grad's shapes); here an out_grad that is not the
+expansion the attribute describes is an error (it would be summed into wrong numbers). The list-output
 bindings ``_C_ops.concat_grad``, ``broadcast_tensors_grad`` (both raise "Input's size should be
 equal to the output's size"), ``stack_grad``, ``meshgrid_grad``, ``partial_concat_grad`` and
 ``partial_sum_grad`` (all segfault) are unusable; the tests take Paddle's grads through autograd.
@@ -231,7 +232,25 @@ def _broadcast_check(op, small, big, what_small, what_big):
 
 
 def _expand_grad_check(call, outs):
-    _broadcast_check(call.op, call.meta("x").shape, call.meta("out_grad").shape, "x", "out_grad")
+    """out_grad must be the expansion the attribute describes (``shape`` with -1 for x's dims,
+    ``target_shape``: y's shape; empty: out_grad's own shape decides) and a broadcast of x."""
+    x, g = call.meta("x"), call.meta("out_grad")
+    _broadcast_check(call.op, x.shape, g.shape, "x", "out_grad")
+    name = "shape" if "shape" in call.attrs else "target_shape"
+    target = call.attrs[name]
+    if not target:
+        return
+    if name == "shape":
+        try:
+            want = infer_meta.get("ExpandInferMeta")(x, target)[0].shape
+        except MetaError as exc:
+            raise ValueError(f"{call.op}: {exc}") from None
+    else:
+        want = tuple(target)
+    if tuple(g.shape) != tuple(want):
+        raise ValueError(f"{call.op}: input 'out_grad' has shape {list(g.shape)}, but expanding "
+                         f"'x' {list(x.shape)} to attribute {name!r} = {list(target)} gives "
+                         f"{list(want)}")
 
 
 def _expand_grad_views(call, outs):
@@ -320,6 +339,9 @@ def _partial_range(call, outs):
                          f"[{-n}, {n - 1}] for x of width {n}")
     if start < 0:
         start += n
+    if length < -1:
+        raise ValueError(f"{call.op}: attribute 'length' = {length} must be >= 0, or -1 (to the "
+                         f"end of the row)")
     if length < 0:
         length = n - start
     if start + length > n:
@@ -333,7 +355,9 @@ def _partial_check(call, outs, concat):
     start, length = _partial_range(call, outs)
     want = (x[0].shape[0], length * len(x) if concat else length)
     if g.shape != want:
-        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        how = f"{len(x)} tensors of x times length {length}" if concat else f"length {length}"
+        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)} "
+                         f"(the rows of x, {how})")
     if g.dtype != x[0].dtype:
         raise TypeError(f"{call.op}: out_grad has dtype {g.dtype.name} but x has {x[0].dtype.name}")
 

@@ -183,10 +183,11 @@ def _identity_views(call, outs):
     return {"x": ("n",), "x_grad": ("n",), "out_grad": g}, {"n": n}
 
 
-@view_op(views=_identity_views, float_inputs=("out_grad",), index_dtypes=FLOAT_LIKE + INDEX)
+@view_op(views=_identity_views, float_inputs=("x", "out_grad"))
 def identity_loss_grad(x, out_grad, reduction):
     """x_grad = out_grad broadcast (0: sum), out_grad / numel (1: mean), out_grad (2: none);
-    x_grad has x's shape and out_grad's dtype"""
+    x_grad has x's shape and dtype (x and out_grad share it: out_grad is the grad of a loss of
+    x; only x's shape is read)"""
     (n,) = x.shape
     dt = cdtype(out_grad)
     if reduction == 2:
@@ -204,9 +205,10 @@ def _mean_all_views(call, outs):
     return {"x": ("n",), "x_grad": ("n",), "out_grad": (1,)}, {"n": n}
 
 
-@view_op(views=_mean_all_views, float_inputs=("out_grad",), index_dtypes=FLOAT_LIKE + INDEX)
+@view_op(views=_mean_all_views, float_inputs=("x", "out_grad"))
 def mean_all_grad(x, out_grad):
-    """x_grad = out_grad / numel(x), broadcast to x's shape"""
+    """x_grad = out_grad / numel(x), broadcast to x's shape (x and out_grad share a dtype; only x's
+    shape is read)"""
     (n,) = x.shape
     dt = cdtype(out_grad)
     return te.compute((n,), lambda i: store(out_grad, ld(out_grad, 0) / n.astype(dt)), name="x_grad")
@@ -307,30 +309,39 @@ def nll_loss_grad(input, label, weight, total_weight, out_grad, ignore_index, re
 # ------------------------------------------------------------------------------------------
 # segment_pool
 
-def _seg_views(call, outs):
+def _seg_shapes(call):
     op = call.op
     x = call.meta("x").shape
     if not x:
         raise OpError(f"{op}: x must have rank >= 1")
     ids = call.meta("segment_ids")
     if ids.shape != (x[0],):
-        raise OpError(f"{op}: input 'segment_ids' has shape {list(ids.shape)}, expected [{x[0]}]")
+        raise OpError(f"{op}: input 'segment_ids' has shape {list(ids.shape)}, expected [{x[0]}] "
+                      f"(one id per row of 'x' {list(x)})")
     out = call.meta("out").shape
-    if tuple(out[1:]) != tuple(x[1:]):
-        raise OpError(f"{op}: input 'out' has shape {list(out)}, expected [S] + {list(x[1:])}")
+    if len(out) != len(x) or tuple(out[1:]) != tuple(x[1:]):
+        raise OpError(f"{op}: input 'out' has shape {list(out)}, expected [S] + {list(x[1:])} "
+                      f"(S segments of the rows of 'x' {list(x)})")
     need_same_shape(op, call, "out", "out_grad")
     pool = call.attrs["pooltype"]
     if pool not in ("SUM", "MEAN", "MAX", "MIN"):
         raise OpError(f"{op}: attribute 'pooltype' must be SUM, MEAN, MAX or MIN, got {pool!r}")
     s = call.meta("summed_ids")
     if s is not None and int(np.prod(s.shape)) != out[0]:
-        raise OpError(f"{op}: input 'summed_ids' has shape {list(s.shape)}, expected [{out[0]}, 1]")
+        raise OpError(f"{op}: input 'summed_ids' has shape {list(s.shape)}, expected [{out[0]}, 1] "
+                      f"(one count per segment of 'out')")
+    return x, out
+
+
+def _seg_views(call, outs):
+    x, out = _seg_shapes(call)
     w = int(np.prod(x[1:]))
     return ({"x": ("n", "w"), "x_grad": ("n", "w"), "segment_ids": ("n",), "out": ("s", "w"),
              "out_grad": ("s", "w"), "summed_ids": ("s",)}, {"n": x[0], "w": w, "s": out[0]})
 
 
 def _seg_check(call, outs):
+    _seg_shapes(call)
     ids = np.asarray(call.tensors["segment_ids"])
     s = call.meta("out").shape[0]
     if ids.size:
@@ -395,7 +406,7 @@ def _maxout_views(call, outs):
     axis = call.attrs["axis"]
     if axis not in (1, 3, -1):
         raise OpError(f"{op}: attribute 'axis' must be 1 (NCHW) or 3 / -1 (NHWC), got {axis}")
-    ax = canonical(op, axis, 4)
+    ax = canonical(op, axis, 4, of="x")
     g = call.attrs["groups"]
     c = x[ax]
     if g <= 0 or c % g:
@@ -405,7 +416,8 @@ def _maxout_views(call, outs):
     want[ax] = c // g
     for n in ("out", "out_grad"):
         if list(call.meta(n).shape) != want:
-            raise OpError(f"{op}: input {n!r} has shape {list(call.meta(n).shape)}, expected {want}")
+            raise OpError(f"{op}: input {n!r} has shape {list(call.meta(n).shape)}, expected {want} "
+                          f"(the shape of 'x' {list(x)} with its channels divided by groups)")
     pre = int(np.prod(x[:ax]))
     post = int(np.prod(x[ax + 1:]))
     return ({"x": ("pre", "co", "g", "post"), "x_grad": ("pre", "co", "g", "post"),

@@ -514,7 +514,7 @@ def _cross_axis(call):
                            f"such dimension)")
         return found[0]
     if not -rank <= axis < rank:
-        _fail(call.op, f"attribute 'axis' = {axis} is out of range for rank {rank}")
+        _fail(call.op, f"attribute 'axis' = {axis} is out of range for 'x' of rank {rank}")
     axis %= rank
     if shape[axis] != 3:
         _fail(call.op, f"x.shape[{axis}] must be 3, got {shape[axis]} (x {list(shape)})")
@@ -560,7 +560,7 @@ def _trace_views(call, outs):
     a1, a2 = call.attrs["axis1"], call.attrs["axis2"]
     for name, a in (("axis1", a1), ("axis2", a2)):
         if not -rank <= a < rank:
-            _fail(call.op, f"attribute {name!r} = {a} is out of range for rank {rank}")
+            _fail(call.op, f"attribute {name!r} = {a} is out of range for 'x' of rank {rank}")
     a1, a2 = a1 % rank, a2 % rank
     if a1 == a2:
         _fail(call.op, f"attributes 'axis1' and 'axis2' must differ, both are {a1}")
@@ -726,7 +726,8 @@ def _multi_dot_views(call, outs):
     want = tuple(d for d, drop in ((dims[0], len(shapes[0]) == 1), (dims[-1], len(shapes[-1]) == 1))
                  if not drop)
     if tuple(g) != want:
-        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)}")
+        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (the "
+                       f"product of x[0] {list(shapes[0])} ... x[{n - 1}] {list(shapes[-1])})")
     names = [f"d{i}" for i in range(n + 1)]
     tpls = [(names[i], names[i + 1]) for i in range(n)]
     if len(shapes[0]) == 1:
@@ -818,12 +819,15 @@ def _wol_views(call, outs):
         _fail(op, f"the arch {call.attrs['arch']} weight layout needs out_features % 16 == 0 and "
                   f"in_features % 64 == 0, got {n} and {k} (weight {list(w)})")
     if not x or x[-1] != k:
-        _fail(op, f"input 'x' has shape {list(x)}, its last dim must be in_features {k}")
+        _fail(op, f"input 'x' has shape {list(x)}, its last dim must be in_features {k} (of "
+                  f"'weight' {list(w)})")
     if not g or g[-1] != n or tuple(g[:-1]) != tuple(x[:-1]):
-        _fail(op, f"input 'out_grad' has shape {list(g)}, expected {list(x[:-1]) + [n]}")
+        _fail(op, f"input 'out_grad' has shape {list(g)}, expected {list(x[:-1]) + [n]} (the "
+                  f"leading dims of 'x' {list(x)}, out_features of 'weight_scale')")
     b = call.meta("bias")
     if b is not None and tuple(b.shape) != (n,):
-        _fail(op, f"input 'bias' has shape {list(b.shape)}, expected [{n}]")
+        _fail(op, f"input 'bias' has shape {list(b.shape)}, expected [{n}] (out_features of "
+                  f"'weight_scale')")
     if call.meta("weight").dtype.name != "int8":
         raise TypeError(f"{op}: input 'weight' must be int8 (packed {wd}), got "
                         f"{call.meta('weight').dtype.name}")

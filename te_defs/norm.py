@@ -164,11 +164,12 @@ def axis_view(shape, axis):
     return (("pre", "n") if post == 1 else ("pre", "n", "post")), sizes
 
 
-def canonical(op, axis, rank, name="axis"):
+def canonical(op, axis, rank, name="axis", of=None):
     r = max(rank, 1)
     if not -r <= axis < r:
-        raise OpError(f"{op}: attribute {name!r} = {axis} is out of range for a tensor of rank "
-                      f"{rank} (expected {-r} <= {name} <= {r - 1})")
+        what = f"{of!r} of rank {rank}" if of else f"a tensor of rank {rank}"
+        raise OpError(f"{op}: attribute {name!r} = {axis} is out of range for {what} "
+                      f"(expected {-r} <= {name} <= {r - 1})")
     return axis % r
 
 
@@ -633,14 +634,14 @@ def _p_norm_views(call, outs):
         pre, n, post = 1, math.prod(x), 1
         kept = ()
     else:
-        ax = canonical(call.op, attrs["axis"], len(x))
+        ax = canonical(call.op, attrs["axis"], len(x), of="x")
         pre, n, post = split_axis(x, ax)
         kept = x[:ax] + ((1,) if attrs["keepdim"] else ()) + x[ax + 1:]
     for name in ("out", "out_grad"):
         m = call.meta(name)
         if math.prod(m.shape) != pre * post:
             raise OpError(f"{call.op}: input {name!r} has shape {list(m.shape)}, expected the "
-                          f"norm's shape {list(kept)}")
+                          f"norm's shape {list(kept)} (the norm of 'x' {list(x)} over the axis)")
     v = ("pre", "n", "post")
     return ({"x": v, "x_grad": v, "out": ("pre", 1, "post"), "out_grad": ("pre", 1, "post")},
             {"pre": pre, "n": n, "post": post})
@@ -664,7 +665,15 @@ def p_norm_grad(x, out, out_grad, porder, axis, epsilon, keepdim, asvector):
     return te.compute(x.shape, body, name="x_grad")
 
 
-@pointwise(broadcast=("x", "y", "out", "out_grad"))
+def _dist_check(call, outs):
+    for n in ("out", "out_grad"):
+        m = call.meta(n)
+        if m.ndim > 1 or math.prod(m.shape) != 1:
+            raise OpError(f"{call.op}: input {n!r} has shape {list(m.shape)}; dist's output is a "
+                          f"scalar (shape [] or [1])")
+
+
+@pointwise(broadcast=("x", "y", "out", "out_grad"), validate=_dist_check)
 def dist_grad(x, y, out, out_grad, p):
     """d = x − y (broadcast): p = 0: 0; p = ±inf: [|d| = out]·sign(d)·g; else
     (|d|/(out + 1e-10))^(p−1)·sign(d)·g (Paddle's formula; p is a float32);
@@ -693,7 +702,7 @@ def _renorm_views(call, outs):
     need_same_shape(call.op, call, "x", "out_grad")
     if not shape:
         raise OpError(f"{call.op}: x must have rank >= 1")
-    ax = canonical(call.op, call.attrs["axis"], len(shape))
+    ax = canonical(call.op, call.attrs["axis"], len(shape), of="x")
     if call.attrs["p"] <= 0:
         raise OpError(f"{call.op}: attribute 'p' must be positive, got {call.attrs['p']}")
     pre, n, post = split_axis(tuple(shape), ax)

@@ -39,7 +39,8 @@ def _planes(call, S, x="x", index="mask", grad="out_grad"):
                   f"{list(gm.shape)}; they must match")
     if gm.ndim != S + 2 or gm.shape[:2] != xm.shape[:2]:
         _fail(op, f"input {grad!r} has shape {list(gm.shape)}; expected [N, C] = "
-                  f"{list(xm.shape[:2])} followed by {S} spatial dims")
+                  f"{list(xm.shape[:2])} (the batch and channels of {x!r}) followed by {S} "
+                  f"spatial dims")
     P = xm.shape[0] * xm.shape[1]
     return P, math.prod(xm.shape[2:]), math.prod(gm.shape[2:])
 
@@ -112,9 +113,54 @@ def _scatter_func(dt, index_dtype):
     return from_source(text)
 
 
+def _int_list(op, name, value, lengths, minimum):
+    value = list(value)
+    if len(value) not in lengths:
+        _fail(op, f"attribute {name!r} must have {' or '.join(map(str, lengths))} values, got "
+                  f"{value}")
+    if any(v < minimum for v in value):
+        _fail(op, f"attribute {name!r} must hold values >= {minimum}, got {value}")
+    return value
+
+
+def _check_pool_attrs(call, S):
+    """The window attributes of a max_pool*_with_index / fractional_max_pool* call, against their
+    documented ranges and x's spatial size (the mask alone routes the gradient, as in Paddle, but
+    a window that cannot exist is an error)."""
+    op, a = call.op, call.attrs
+    spatial = call.meta("x").shape[2:]
+    grad = call.meta("out_grad").shape[2:]
+    if "output_size" in a:                                  # fractional max pool
+        out = _int_list(op, "output_size", a["output_size"], (S,), 1)
+        if list(grad) != out:
+            _fail(op, f"input 'out_grad' has spatial size {list(grad)}, but attribute "
+                      f"'output_size' is {out}")
+        ks = _int_list(op, "kernel_size", a["kernel_size"], (S,), 0)
+        if any(k > n for k, n in zip(ks, spatial)):
+            _fail(op, f"attribute 'kernel_size' = {ks} is larger than the spatial size "
+                      f"{list(spatial)} of 'x' (0: derived from output_size)")
+        return
+    ks = _int_list(op, "kernel_size", a["kernel_size"], (S,), 1)
+    _int_list(op, "strides", a["strides"], (S,), 1)
+    pads = _int_list(op, "paddings", a["paddings"], (S, 2 * S), 0)
+    if a["global_pooling"]:
+        return
+    if a["adaptive"]:
+        if list(grad) != ks:
+            _fail(op, f"input 'out_grad' has spatial size {list(grad)}, but adaptive pooling "
+                      f"makes attribute 'kernel_size' = {ks} the output size")
+        return
+    lo, hi = (pads, pads) if len(pads) == S else (pads[0::2], pads[1::2])
+    for i, (k, n) in enumerate(zip(ks, spatial)):
+        if k > n + lo[i] + hi[i]:
+            _fail(op, f"attribute 'kernel_size' = {ks} is larger than the padded spatial size of "
+                      f"'x' {list(spatial)} (paddings {pads}) in dim {i}")
+
+
 def _mask_views(S):
     def views(call, outs):
         P, I, O = _planes(call, S)
+        _check_pool_attrs(call, S)
         _check_range(call, "mask", I, f"the input plane has {I} elements")
         return View({"x": ("P", "I"), "x_grad": ("P", "I"), "mask": ("P", "O"),
                      "out_grad": ("P", "O")}, {"P": P, "I": I, "O": O},
@@ -179,6 +225,20 @@ def _unpool_views(call, outs):
     if gm.ndim != 5 or gm.shape[:2] != call.meta("x").shape[:2]:
         _fail(op, f"input 'out_grad' has shape {list(gm.shape)}; expected [N, C] = "
                   f"{list(call.meta('x').shape[:2])} followed by 3 spatial dims")
+    a = call.attrs
+    ks = _int_list(op, "ksize", a["ksize"], (3,), 1)
+    st = _int_list(op, "strides", a["strides"], (3,), 1)
+    pads = _int_list(op, "paddings", a["paddings"], (3,), 0)
+    spatial = list(call.meta("x").shape[2:])
+    if any(a["output_size"]):                    # the default {0, 0, 0}: from the formula
+        want = _int_list(op, "output_size", a["output_size"], (3,), 0)
+        what = "attribute 'output_size'"
+    else:
+        want = [(n - 1) * s - 2 * p + k for n, s, p, k in zip(spatial, st, pads, ks)]
+        what = f"the unpool of 'x' {spatial} with ksize {ks}, strides {st}, paddings {pads}"
+    if list(gm.shape[2:]) != want:
+        _fail(op, f"input 'out_grad' has spatial size {list(gm.shape[2:])}, but {what} gives "
+                  f"{want}")
     Q = math.prod(gm.shape[2:])
     _check_range(call, "indices", Q, f"the output plane has {Q} elements")
     return View({"x": ("P", "I"), "x_grad": ("P", "I"), "indices": ("P", "I"),

@@ -64,12 +64,13 @@ def _check(call, outs):
         s = _shape(call.meta(name))
         if s != (L * D, B, H):
             raise ValueError(f"{op}: input {name!r} must be [num_layers * directions, batch, "
-                             f"hidden_size] = {[L * D, B, H]}, got {list(s)}")
+                             f"hidden_size] = {[L * D, B, H]} (batch from 'x'), got {list(s)}")
     for name in ("out", "out_grad"):
         s = _shape(call.meta(name))
         if s != (T, B, D * H):
             raise ValueError(f"{op}: input {name!r} must be [seq_len, batch, directions * "
-                             f"hidden_size] = {[T, B, D * H]}, got {list(s)}")
+                             f"hidden_size] = {[T, B, D * H]} (seq_len and batch from 'x'), got "
+                             f"{list(s)}")
     wl = call.meta("weight_list")
     if wl is None:
         raise ValueError(f"{op}: input 'weight_list' is required (the flat cuDNN weight buffer "
@@ -84,12 +85,15 @@ def _check(call, outs):
             for j, want in ((k, (4 * H, width)), (k + 1, (4 * H, H)),
                             (2 * L * D + k, (4 * H,)), (2 * L * D + k + 1, (4 * H,))):
                 if _shape(wl[j]) != want:
+                    src = (" (4·hidden_size, the input_size of 'x')" if layer == 0 and j == k
+                           else " (4·hidden_size, ...)")
                     raise ValueError(f"{op}: input 'weight_list[{j}]' (layer {layer}, direction "
-                                     f"{d}) must be {list(want)}, got {list(_shape(wl[j]))}")
+                                     f"{d}) must be {list(want)}{src}, got {list(_shape(wl[j]))}")
     sl = call.meta("sequence_length")
     if sl is not None:
         if _shape(sl) != (B,):
-            raise ValueError(f"{op}: input 'sequence_length' must be [{B}], got {list(_shape(sl))}")
+            raise ValueError(f"{op}: input 'sequence_length' must be [{B}] (one per batch row "
+                             f"of 'x'), got {list(_shape(sl))}")
         v = np.asarray(call.tensors["sequence_length"])
         if v.size and (v.min() < 0 or v.max() > T):
             raise ValueError(f"{op}: input 'sequence_length' must hold lengths in [0, {T}], got "

@@ -48,7 +48,8 @@ MAX_SAMPLES = 1 << 24      # samples per bin beyond which roi_align refuses (it 
 # ------------------------------------------------------------------------------------------
 # host side
 
-def _rois(call, grad_shape):
+def _rois(call, grad_shape, dims="the ROIs of 'boxes', the channels of 'x', pooled_height, "
+                                   "pooled_width"):
     """Shared checks: x [N, C, H, W], boxes [R, 4] finite, boxes_num, out_grad's shape."""
     op, a = call.op, call.attrs
     xm, bm, gm = call.meta("x"), call.meta("boxes"), call.meta("out_grad")
@@ -68,7 +69,8 @@ def _rois(call, grad_shape):
         fail(op, f"attribute 'spatial_scale' must be > 0, got {a['spatial_scale']}")
     want = (R,) + tuple(grad_shape)
     if tuple(gm.shape) != want:
-        fail(op, f"input 'out_grad' must have shape {list(want)}, got {list(gm.shape)}")
+        fail(op, f"input 'out_grad' must have shape {list(want)} ({dims}), got "
+                 f"{list(gm.shape)}")
     boxes = host_array(call, "boxes")
     if boxes.size and not np.isfinite(boxes.astype(np.float64)).all():
         fail(op, "input 'boxes' holds non-finite coordinates")
@@ -121,14 +123,15 @@ def _roi_pool_host(call, outs, dt):
     am = call.meta("arg_max")
     want = (R, xm.shape[1], a["pooled_height"], a["pooled_width"])
     if tuple(am.shape) != want:
-        fail(call.op, f"input 'arg_max' must have shape {list(want)}, got {list(am.shape)}")
+        fail(call.op, f"input 'arg_max' must have shape {list(want)} (the shape of 'out_grad'), "
+                      f"got {list(am.shape)}")
     idx = host_array(call, "arg_max")
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{call.op}: input 'arg_max' has dtype {idx.dtype}; it must be int64 "
                         f"or int32")
     plane = xm.shape[2] * xm.shape[3]
-    if idx.size and int(idx.max()) >= plane:
-        pos = tuple(int(i) for i in np.argwhere(idx >= plane)[0])
+    if idx.size and (int(idx.max()) >= plane or int(idx.min()) < -1):
+        pos = tuple(int(i) for i in np.argwhere((idx >= plane) | (idx < -1))[0])
         fail(call.op, f"input 'arg_max' holds {int(idx[pos])} at {list(pos)}, outside the "
                       f"{xm.shape[2]}x{xm.shape[3]} plane (expected -1 <= value < {plane})")
     h = Host()
@@ -143,7 +146,8 @@ def _psroi_host(call, outs, dt):
     oc = a["output_channels"]
     if oc <= 0:
         fail(call.op, f"attribute 'output_channels' must be > 0, got {oc}")
-    N, R, _ = _rois(call, (oc, a["pooled_height"], a["pooled_width"]))
+    N, R, _ = _rois(call, (oc, a["pooled_height"], a["pooled_width"]),
+                    "the ROIs of 'boxes', output_channels, pooled_height, pooled_width")
     need = oc * a["pooled_height"] * a["pooled_width"]
     if xm.shape[1] != need:
         fail(call.op, f"input 'x' has {xm.shape[1]} channels; output_channels·pooled_height·"

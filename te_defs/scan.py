@@ -35,7 +35,7 @@ def _scan_view(names, axis_attr="axis"):
         if flat or x.ndim == 0:
             shape = (1, math.prod(x.shape))
         else:
-            axis = norm_axis(op, int(call.attrs[axis_attr]), x.ndim)
+            axis = norm_axis(op, int(call.attrs[axis_attr]), x.ndim, axis_attr)
             outer, n, inner = axis3(x.shape, axis)
             shape = (outer, n, inner) if inner != 1 else (outer, n)
         return {n: shape for n in tuple(names) + ("x", "x_grad")}, ()

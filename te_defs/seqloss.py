@@ -13,7 +13,8 @@ and warprnnt_grad_kernel_impl.h):
   Tmax long, and a 2-D ``logits`` [T, C] is one sequence (B = 1, T <= Tmax) whose rows are the
   first T steps of warpctcgrad; a 2-D ``logits`` with B > 1 needs ``logits_length``.
 * warprnnt_grad: input_grad[b, ...] = warprnntgrad[b, ...] · loss_grad[b] (input_lengths, blank
-  and fastemit_lambda are not used by the backward).
+  and fastemit_lambda are not used by the backward, but checked: lengths in [0, max_time], blank
+  a class index, fastemit_lambda >= 0; likewise warpctc's logits_length and blank).
 
 Half types compute in float32 and round once.
 """
@@ -32,6 +33,26 @@ def _shape(call, name):
     return None if m is None else tuple(m.shape)
 
 
+def _lengths(call, name, limit, what):
+    """A length tensor's values must lie in [0, limit] (a negative or too large length would
+    change the result silently)."""
+    import numpy as np
+    v = np.asarray(call.tensors[name])
+    if v.dtype.kind not in "iu":
+        raise TypeError(f"{call.op}: input {name!r} has dtype {v.dtype}; it must be int32 or int64")
+    if v.size and (v.min() < 0 or v.max() > limit):
+        bad = int(v.min()) if v.min() < 0 else int(v.max())
+        raise ValueError(f"{call.op}: input {name!r} holds {bad}, out of range [0, {limit}] "
+                         f"({what})")
+
+
+def _blank(call, classes):
+    blank = call.attrs["blank"]
+    if not 0 <= blank < max(classes, 1):
+        raise ValueError(f"{call.op}: attribute 'blank' = {blank} is out of range [0, {classes}) "
+                         f"(a class index)")
+
+
 def _warpctc_check(call, outs):
     op = call.op
     wg = _shape(call, "warpctcgrad")
@@ -39,6 +60,7 @@ def _warpctc_check(call, outs):
         raise ValueError(f"{op}: input 'warpctcgrad' must be 3-D [max_time, batch, classes], got "
                          f"{list(wg)}")
     T, B, C = wg
+    _blank(call, C)
     lg = _shape(call, "loss_grad")
     if lg not in ((B, 1), (B,)):
         raise ValueError(f"{op}: input 'loss_grad' must have shape [{B}, 1] (one loss per "
@@ -50,8 +72,9 @@ def _warpctc_check(call, outs):
             raise ValueError(f"{op}: input 'logits' must have warpctcgrad's shape {list(wg)} "
                              f"(padded [max_time, batch, classes]), got {list(logits)}")
         if length != (B,):
-            raise ValueError(f"{op}: input 'logits_length' must have shape [{B}], got "
-                             f"{list(length)}")
+            raise ValueError(f"{op}: input 'logits_length' must have shape [{B}] (the batch of "
+                             f"'warpctcgrad'), got {list(length)}")
+        _lengths(call, "logits_length", T, f"the max_time of 'warpctcgrad' is {T}")
         return
     if len(logits) == 3:
         if logits != wg:
@@ -120,8 +143,13 @@ def _warprnnt_check(call, outs):
         raise ValueError(f"{op}: input 'loss_grad' must have shape [{wg[0]}] (one loss per "
                          f"sequence), got {list(_shape(call, 'loss_grad'))}")
     if _shape(call, "input_lengths") != (wg[0],):
-        raise ValueError(f"{op}: input 'input_lengths' must have shape [{wg[0]}], got "
-                         f"{list(_shape(call, 'input_lengths'))}")
+        raise ValueError(f"{op}: input 'input_lengths' must have shape [{wg[0]}] (the batch of "
+                         f"'warprnntgrad'), got {list(_shape(call, 'input_lengths'))}")
+    _lengths(call, "input_lengths", wg[1], f"the max_time of 'warprnntgrad' is {wg[1]}")
+    _blank(call, wg[3])
+    if not call.attrs["fastemit_lambda"] >= 0:
+        raise ValueError(f"{op}: attribute 'fastemit_lambda' must be >= 0, got "
+                         f"{call.attrs['fastemit_lambda']}")
 
 
 @tensor_op(float_inputs=("input", "warprnntgrad", "loss_grad"), validate=_warprnnt_check)

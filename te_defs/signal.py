@@ -93,11 +93,14 @@ def _corr_host(call, outs, dt):
     dr = md // s2
     oc = (2 * dr + 1) ** 2
     if oh <= 0 or ow <= 0:
-        fail(op, f"the padded input ({H + 2 * pad}x{W + 2 * pad}) is smaller than the window "
-                 f"border 2·(k + max_displacement) = {2 * border}: the output would be empty")
+        fail(op, f"the input ({H}x{W}) padded by pad_size {pad} is smaller than the window "
+                 f"border 2·((kernel_size - 1)/2 + max_displacement) = {2 * border}: the output "
+                 f"would be empty")
     want = (N, oc, oh, ow)
     if tuple(g.shape) != want:
-        fail(op, f"input 'out_grad' must have shape {list(want)}, got {list(g.shape)}")
+        fail(op, f"input 'out_grad' must have shape {list(want)} (from 'input1' {list(m1.shape)}, "
+                 f"kernel_size {a['kernel_size']}, max_displacement {md}, stride1 {s1}, stride2 "
+                 f"{s2}, pad_size {pad}), got {list(g.shape)}")
     h = Host()
     h.static = {"k": k, "ks": a["kernel_size"], "md": md, "s1": s1, "s2": s2, "pad": pad,
                 "dr": dr}

@@ -10,6 +10,7 @@ size 1) or ``(pre, n, post)``, so one kernel serves every rank and axis; reducti
 from __future__ import annotations
 
 import numpy as np
+from tvmgrad.infer_meta import same_shape
 from tvmgrad.lazy import te, tirx
 
 from ._math import const, where
@@ -19,9 +20,16 @@ INDEX = ("int32", "int64")
 
 
 def _axis_views(names, axis_attr="axis", ref=None):
-    """views(call, outs): every name viewed around the (canonical) axis of ``ref``'s shape."""
+    """views(call, outs): every name viewed around the (canonical) axis of ``ref``'s shape; the
+    other inputs must have that shape (ValueError naming the input otherwise)."""
     def views(call, outs):
-        shape = call.meta(ref or names[0]).shape
+        ref_name = ref or names[0]
+        shape = call.meta(ref_name).shape
+        for n in names:
+            m = call.meta(n) if n in call.tensors else None
+            if m is not None and not same_shape(m.shape, shape):
+                raise ValueError(f"{call.op}: input {n!r} has shape {list(m.shape)}, expected "
+                                 f"{ref_name}'s {list(shape)}")
         ax = canonical(call.op, call.attrs[axis_attr], len(shape))
         v, sizes = axis_view(shape, ax)
         return {n: v for n in names}, sizes
@@ -149,7 +157,19 @@ def _mce_check(call, outs):
 
 
 def _f32(v):
-    return v.astype("float32").astype(v.ty) if str(v.ty) == "float64" else v
+    """A float attribute as Paddle's kernel sees it: a C++ ``float`` (rounded to float32), then
+    widened to the compute dtype. A constant is rounded here: TVM folds
+    cast(float32, FloatImm) without rounding the value it stores."""
+    if str(v.ty) != "float64":
+        return v
+    if isinstance(v, tirx.FloatImm):
+        return tirx.const(float(np.float32(v.value)), "float64")
+    return v.astype("float32").astype("float64")
+
+
+def _above(v, eps):
+    """Paddle's ``fabs(attr - ...) > 1e-8`` on a float attribute: compared in double."""
+    return tirx.abs(v.astype("float64")) > tirx.const(eps, "float64")
 
 
 @view_op(views=_mce_views, check=_mce_check, float_inputs=("logits", "softmax", "loss_grad"),
@@ -170,10 +190,11 @@ def margin_cross_entropy_grad(logits, label, softmax, loss_grad, return_softmax,
         hit = label(i).astype("int64") == j.astype("int64")
         x = ld(logits, i, j)
         d = m1 * tirx.sin(m1 * tirx.acos(x) + m2) / tirx.sqrt(one - x * x)
-        use_d = tirx.any(tirx.abs(m1 - one) > const(1e-8, dt), tirx.abs(m2) > const(1e-8, dt))
+        one64 = tirx.const(1.0, "float64")
+        use_d = tirx.any(_above(m1.astype("float64") - one64, 1e-8), _above(m2, 1e-8))
         at_label = (p - one) * g * where(use_d, d, one)
         r = where(hit, at_label, p * g)
-        r = where(tirx.abs(sc - one) > const(1e-8, dt), r * sc, r)
+        r = where(_above(sc.astype("float64") - one64, 1e-8), r * sc, r)
         return store(softmax, r)
 
     return te.compute(softmax.shape, body, name="logits_grad")

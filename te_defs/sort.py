@@ -17,7 +17,16 @@ from tvmgrad.families.base import OpError
 from tvmgrad.lazy import te, tirx
 
 from .indexing import (tc, axis3, build_options, check_range, dtype_of, host, i64, index_op,
-                       norm_axis, scatter_along)
+                       scatter_along)
+
+
+def norm_axis(op: str, axis: int, rank: int, what: str = "axis", x: str = "x") -> int:
+    """``axis`` of the input ``x`` (of ``rank``) made non-negative; OpError naming both."""
+    r = max(rank, 1)
+    if not -r <= axis < r:
+        raise OpError(f"{op}: attribute {what!r} is {axis}, out of range for {x!r} of rank "
+                      f"{rank} (expected -{r} <= {what} < {r})")
+    return axis + r if axis < 0 else axis
 
 
 def _along(op, call, x, idx, g, axis_attr="axis"):
@@ -64,7 +73,14 @@ def argsort_grad(indices, x, out_grad, axis, descending, stable):
 
 
 def _topk_view(call, metas, outs):
-    return _along(call.op, call, call.meta("x"), call.meta("indices"), call.meta("out_grad"))
+    x, idx = call.meta("x"), call.meta("indices")
+    views = _along(call.op, call, x, idx, call.meta("out_grad"))
+    k = call.attrs["k"]
+    want = idx.shape[norm_axis(call.op, int(call.attrs["axis"]), x.ndim)] if x.ndim else 1
+    if k != want:
+        raise OpError(f"{call.op}: attribute 'k' = {k}, but 'indices' holds {want} along the axis "
+                      f"(k must be the forward's, 1 <= k <= the axis size of 'x')")
+    return views
 
 
 @index_op(view=_topk_view, code_attrs=(), float_inputs=("x", "out_grad"))
@@ -90,8 +106,12 @@ def _select_view(call, metas, outs):
     for n, m in (("indices", idx), ("out_grad", g)):
         if m.shape not in allowed:
             raise OpError(f"{op}: {n} has shape {list(m.shape)}, expected {list(kept)}"
-                          f"{' or ' + str(list(keep)) if x.ndim else ''}")
+                          f"{' or ' + str(list(keep)) if x.ndim else ''} (the shape of 'x' "
+                          f"{list(x.shape)} without axis {axis}, or with 1 there)")
     n = x_shape[axis]
+    if "k" in call.attrs and not 1 <= call.attrs["k"] <= max(n, 1):
+        raise OpError(f"{op}: attribute 'k' = {call.attrs['k']} is out of range [1, {n}] (the "
+                      f"size of axis {axis} of 'x')")
     check_range(op, "indices", host(call, "indices"), 0, n, f"for axis {axis} of size {n} ")
     outer, m, inner = axis3(x_shape, axis)
     return {"x": (outer, m, inner), "x_grad": (outer, m, inner), "indices": (outer, inner),
@@ -142,10 +162,11 @@ def _nanmedian_view(call, metas, outs):
     per = 2 if mode == "avg" else 1
     if math.prod(g.shape) != kept_n:
         raise OpError(f"{op}: out_grad has {math.prod(g.shape)} elements, expected {kept_n} (one "
-                      f"per median)")
+                      f"per median of 'x' {list(x.shape)} over axis {list(axes)})")
     if math.prod(med.shape) != kept_n * per or (mode == "avg" and med.shape[-1:] != (2,)):
         raise OpError(f"{op}: medians has shape {list(med.shape)}, expected {kept_n} "
-                      f"{'pairs of ' if per == 2 else ''}indices")
+                      f"{'pairs of ' if per == 2 else ''}indices (one per median of 'x' "
+                      f"{list(x.shape)})")
     check_range(op, "medians", host(call, "medians"), -1, max(r, 0),
                 f"for {r} reduced elements ")
     evenly = len(call.attrs["axis"]) != 1 or mode == "avg"

@@ -34,11 +34,21 @@ def gammaln_grad(x, out_grad):
     return out_grad * digamma(x)
 
 
-@pointwise
+MAX_POLYGAMMA_ORDER = 1000   # ψ⁽ⁿ⁾ is built as a degree-n expression: beyond this, no kernel
+
+
+def _polygamma_check(call, outs):
+    n = call.attrs["n"]
+    if not 0 <= n <= MAX_POLYGAMMA_ORDER:
+        raise ValueError(f"{call.op}: attribute 'n' = {n} is out of range [0, "
+                         f"{MAX_POLYGAMMA_ORDER}] (the order of the derivative; ψ⁽ⁿ⁺¹⁾ is "
+                         f"generated as an expression of degree n, and overflows float64 for "
+                         f"n > 170 except at very large x)")
+
+
+@pointwise(validate=_polygamma_check)
 def polygamma_grad(x, out_grad, n):
     """x_grad = out_grad · ψ⁽ⁿ⁺¹⁾(x)  (±inf at 0, negative integers and -inf; NaN at +inf)"""
-    if n < 0:
-        raise ValueError(f"polygamma_grad: n must be >= 0, got {n}")
     return out_grad * polygamma(n + 1, x)
 
 

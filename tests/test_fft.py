@@ -184,6 +184,8 @@ def test_errors():
         tvmgrad.run("fft_c2c_grad", {"out_grad": g}, {**base, "axes": [1, -1]})
     with pytest.raises(TypeError, match=r"fft_c2c_grad: input 'out_grad' has dtype float64"):
         tvmgrad.run("fft_c2c_grad", {"out_grad": g.real}, base)
+    with pytest.raises(ValueError, match=r"fft_c2r_grad: attribute 'last_dim_size' is -6; it must be >= 0"):
+        tvmgrad.run("fft_c2r_grad", {"out_grad": g.real}, {**base, "last_dim_size": -6})
     with pytest.raises(ValueError, match=r"fft_c2r_grad: out_grad has size 6 along axis 1 but last_dim_size is 8"):
         tvmgrad.run("fft_c2r_grad", {"out_grad": g.real}, {**base, "last_dim_size": 8})
     with pytest.raises(ValueError, match=r"fft_r2c_grad: out_grad has shape \[4, 6\]; for x of shape \[4, 6\] "
@@ -206,3 +208,73 @@ def test_half_x_and_empty():
     empty = tvmgrad.run("fft_c2c_grad", {"out_grad": np.zeros((3, 0), np.complex64)},
                         {"axes": [1], "normalization": "ortho", "forward": False})["x_grad"]
     assert empty.shape == (3, 0)
+
+
+# ------------------------------------------------------------------------------------------
+# size-0 dims (run in a child process: a kernel dividing by a zero size dies of SIGFPE)
+
+EMPTY_CASES = [
+    # (op, out_grad shape, x shape for r2c, axes, extra attrs)
+    ("fft_c2c_grad", (4, 6, 0), None, [1, 2], {}),          # the SIGFPE: Bluestein axis, then a 0
+    ("fft_c2c_grad", (3, 0), None, [1], {}),
+    ("fft_c2c_grad", (0, 5), None, [0, 1], {}),
+    ("fft_c2c_grad", (2, 0, 3), None, [0, 2], {}),
+    ("fft_c2c_grad", (0,), None, [0], {}),
+    ("fft_r2c_grad", (3, 1), (3, 0), [1], {"onesided": True}),
+    ("fft_r2c_grad", (0, 4), (0, 6), [0, 1], {"onesided": True}),
+    ("fft_r2c_grad", (2, 0, 3), (2, 0, 3), [0, 2], {"onesided": False}),
+    ("fft_c2r_grad", (0, 6), None, [1], {"last_dim_size": 0}),
+    ("fft_c2r_grad", (2, 0, 5), None, [0, 2], {"last_dim_size": 5}),
+]
+
+
+def _empty_call(op, gshape, xshape, axes, extra, norm, forward):
+    g = np.zeros(gshape, np.float64 if op == "fft_c2r_grad" else np.complex128)
+    inputs = {"out_grad": g}
+    if xshape is not None:
+        inputs["x"] = np.zeros(xshape)
+    return inputs, {"axes": axes, "normalization": norm, "forward": forward, **extra}
+
+
+def test_empty_signals_in_a_child_process():
+    """Every fft grad with a size-0 dim, on a transform axis or not, every normalization and
+    direction: the empty grad Paddle gives (shape and dtype compared with Paddle's), computed in
+    a child process so that a crash fails this test instead of killing the session."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, tvmgrad, json, sys\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from test_fft import EMPTY_CASES, NORMS, _empty_call\n"
+        "out = []\n"
+        "for case in EMPTY_CASES:\n"
+        "    for norm in NORMS:\n"
+        "        for fw in (True, False):\n"
+        "            r = tvmgrad.run(case[0], *_empty_call(*case, norm, fw))['x_grad']\n"
+        "            out.append([list(r.shape), r.dtype.name])\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    import json
+    got = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
+    for case in EMPTY_CASES:
+        for norm in NORMS:
+            for fw in (True, False):
+                inputs, attrs = _empty_call(*case, norm, fw)
+                want = c_ops(case[0], inputs, attrs)["x_grad"]
+                shape, dtype = next(got)
+                assert (tuple(shape), dtype) == (want.shape, want.dtype.name), (case, norm, fw)
+                assert want.size == 0
+
+
+def test_c2r_zero_points_is_refused_like_paddle():
+    """fft_c2r_grad over a transform axis of size 0: Paddle fails ("Invalid fft n-point (0)");
+    here a ValueError naming the op and the axis, before any build."""
+    import paddle
+    for shape, axes in (((3, 0), [1]), ((0, 4), [0, 1]), ((2, 0, 3), [1, 2])):
+        g = np.zeros(shape)
+        attrs = {"axes": axes, "normalization": "backward", "forward": True, "last_dim_size": 0}
+        with pytest.raises(ValueError, match=r"fft_c2r_grad: out_grad has size 0 along transform axis"):
+            tvmgrad.prepare("fft_c2r_grad", {"out_grad": g}, attrs)
+        with pytest.raises(Exception, match=r"Invalid fft n-point"):
+            paddle._C_ops.fft_c2r_grad(paddle.to_tensor(g), axes, "backward", True, 0)

@@ -388,6 +388,165 @@ def test_lu_unpack_grad(m, n, dtype):
     check("lu_unpack_grad", inputs, {"unpack_ludata": True, "unpack_pivots": True}, dtype=dtype)
 
 
+@pytest.mark.parametrize("m,n", [(4, 4), (3, 5), (5, 3)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128", "float16", "bfloat16"])
+def test_lu_unpack_grad_without_pivots(m, n, dtype):
+    """unpack_pivots=False: Paddle's forward returns an empty float32 pmat whatever x's dtype (it
+    is not read); the grad takes it as it is. Half types: Paddle in float32 on the rounded
+    inputs."""
+    import paddle
+    k = min(m, n)
+    half = dtype in ("float16", "bfloat16")
+    base = "float64" if half else dtype
+    lu, piv = lu_factor(rand((2, m, n), base, 61))
+    p, lo, up = (t.numpy() for t in paddle._C_ops.lu_unpack(paddle.to_tensor(lu), paddle.to_tensor(piv),
+                                                            True, False))
+    assert p.shape == (0,) and p.dtype == np.float32
+    inputs = {"x": lu, "y": piv, "l": lo, "u": up, "pmat": p, "l_grad": rand((2, m, k), base, 62),
+              "u_grad": rand((2, k, n), base, 63)}
+    attrs = {"unpack_ludata": True, "unpack_pivots": False}
+    if not half:
+        check("lu_unpack_grad", inputs, attrs, dtype=dtype)
+        return
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    inputs = {k_: (v.astype(dt) if k_ not in ("y", "pmat") else v) for k_, v in inputs.items()}
+    ours = tvmgrad.run("lu_unpack_grad", inputs, attrs)["x_grad"]
+    want = half_oracle("lu_unpack_grad", dt)(inputs, attrs)["x_grad"]
+    assert ours.dtype == dt
+    close("lu_unpack_grad", ours.astype(np.float32), want.astype(np.float32), rtol=RTOL[dtype])
+
+
+def test_lu_unpack_grad_checks_every_input():
+    """l, u, pmat and the pivots y are checked against x as l_grad and u_grad are (Paddle's
+    InferMeta checks nothing; wrong shapes there read garbage)."""
+    x = rand((2, 3, 4), "float64", 64)
+    lu, piv = lu_factor(x)
+    good = {"x": lu, "y": piv, "l": rand((2, 3, 3), "float64"), "u": rand((2, 3, 4), "float64"),
+            "pmat": rand((2, 3, 3), "float64"), "l_grad": rand((2, 3, 3), "float64"),
+            "u_grad": rand((2, 3, 4), "float64")}
+    both = {"unpack_ludata": True, "unpack_pivots": True}
+    run = lambda attrs=both, **kw: tvmgrad.run("lu_unpack_grad", {**good, **kw}, attrs)  # noqa: E731
+    run()
+    for name, bad, msg in (("l", rand((2, 3, 4), "float64"), r"l has shape \[2, 3, 4\], expected \[2, 3, 3\]"),
+                           ("u", rand((1, 3, 4), "float64"), r"u has shape \[1, 3, 4\], expected \[2, 3, 4\]"),
+                           ("pmat", rand((2, 4, 4), "float64"), r"pmat has shape \[2, 4, 4\], expected \[2, 3, 3\]"),
+                           ("y", piv[:, :2], r"(y|pivots) has shape \[2, 2\], expected \[2, 3\]")):
+        with pytest.raises(ValueError, match=rf"lu_unpack_grad: {msg}"):
+            run(**{name: bad})
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: pmat has dtype float32 but x has float64"):
+        run(pmat=good["pmat"].astype(np.float32))
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: l has dtype float32 but x has float64"):
+        run(l=good["l"].astype(np.float32))
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: (y|pivots) has dtype float64"):
+        run(y=piv.astype(np.float64))
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: input 'y' holds 0\.\.0; LU pivots are 1-based"):
+        run(y=piv * 0)
+    no_piv = {"unpack_ludata": True, "unpack_pivots": False}
+    run(no_piv, pmat=np.zeros((0,), np.float32))             # the forward's placeholder, any dtype
+    run(no_piv, pmat=np.zeros((0,), np.int64))
+    run(no_piv)                                             # or the full matrix
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: pmat has shape \[2, 2\]; with unpack_pivots=False"):
+        run(no_piv, pmat=np.ones((2, 2), np.float32))
+    with pytest.raises(ValueError, match=r"lu_unpack_grad: attribute 'unpack_ludata' is False"):
+        run({"unpack_ludata": False, "unpack_pivots": True})
+
+
+BATCH_CASES = {
+    # op: (inputs builder given a batch shape, the inputs that carry the batch)
+    "det_grad": (lambda b: (lambda x: {"x": x, "out": np.linalg.det(x), "out_grad": rand(b, "float64", 2)})(
+        wellcond(b + (3, 3), "float64")), ("out", "out_grad")),
+    "slogdet_grad": (lambda b: (lambda x: {"x": x, "out": np.stack(np.linalg.slogdet(x)),
+                                           "out_grad": rand((2,) + b, "float64", 2)})(wellcond(b + (3, 3), "float64")),
+                     ("out", "out_grad")),
+    "inverse_grad": (lambda b: {"out": wellcond(b + (3, 3), "float64"), "out_grad": rand(b + (3, 3), "float64", 1)},
+                     ("out_grad",)),
+    "matrix_power_grad": (lambda b: {"x": wellcond(b + (3, 3), "float64"), "out": rand(b + (3, 3), "float64"),
+                                     "out_grad": rand(b + (3, 3), "float64", 1)}, ("x", "out", "out_grad")),
+    "cholesky_grad": (lambda b: {"out": chol(b + (3, 3), "float64"), "out_grad": rand(b + (3, 3), "float64", 1)},
+                      ("out_grad",)),
+    "eigh_grad": (lambda b: {"out_w": rand(b + (3,), "float64"), "out_v": rand(b + (3, 3), "float64"),
+                             "out_w_grad": rand(b + (3,), "float64"), "out_v_grad": rand(b + (3, 3), "float64")},
+                  ("out_w", "out_v", "out_w_grad", "out_v_grad")),
+    "eigvalsh_grad": (lambda b: {"eigenvectors": rand(b + (3, 3), "float64"), "eigenvalues_grad": rand(b + (3,), "float64")},
+                      ("eigenvalues_grad",)),
+    "qr_grad": (lambda b: {"x": rand(b + (4, 3), "float64"), "q": rand(b + (4, 3), "float64"), "r": rand(b + (3, 3), "float64"),
+                           "q_grad": rand(b + (4, 3), "float64"), "r_grad": rand(b + (3, 3), "float64")},
+                ("x", "q", "r", "q_grad", "r_grad")),
+    "svd_grad": (lambda b: svd_inputs(b + (4, 3), "float64", False), ("x", "u", "vh", "s", "u_grad", "vh_grad", "s_grad")),
+    "lu_grad": (lambda b: (lambda lu_piv: {"x": lu_piv[0], "out": lu_piv[0], "pivots": lu_piv[1],
+                                           "out_grad": rand(b + (3, 3), "float64", 1)})(lu_factor(rand(b + (3, 3), "float64"))),
+                ("out", "pivots", "out_grad")),
+    "solve_grad": (lambda b: {"x": wellcond(b + (3, 3), "float64"), "y": rand(b + (3, 2), "float64"),
+                              "out": rand(b + (3, 2), "float64"), "out_grad": rand(b + (3, 2), "float64", 1)},
+                   ("out", "out_grad")),
+    "triangular_solve_grad": (lambda b: {"x": wellcond(b + (3, 3), "float64"), "y": rand(b + (3, 2), "float64"),
+                                         "out": rand(b + (3, 2), "float64"), "out_grad": rand(b + (3, 2), "float64", 1)},
+                              ("out", "out_grad")),
+    "cholesky_solve_grad": (lambda b: {"x": rand(b + (3, 2), "float64"), "y": chol(b + (3, 3), "float64"),
+                                       "out": rand(b + (3, 2), "float64"), "out_grad": rand(b + (3, 2), "float64", 1)},
+                            ("out", "out_grad")),
+}
+BATCH_ATTRS = {"matrix_power_grad": {"n": 2}, "cholesky_grad": {"upper": False}, "qr_grad": {"mode": "reduced"},
+               "svd_grad": {"full_matrices": False}, "lu_grad": {"pivot": True}, "cholesky_solve_grad": {"upper": False},
+               "triangular_solve_grad": {"upper": True, "transpose": False, "unitriangular": False},
+               "eigvalsh_grad": {"uplo": "L", "is_test": False}}
+
+
+@pytest.mark.parametrize("op", sorted(BATCH_CASES))
+def test_batch_dims_must_match(op):
+    """Every tensor's batch dims are checked against the others' (Paddle's kernels assume them
+    equal): an extra, missing or size-1 batch dim that would broadcast is a ValueError naming the
+    input, before any build. Only solve-like ops broadcast x against y; their out/out_grad must
+    have the broadcast batch."""
+    make, carriers = BATCH_CASES[op]
+    attrs = BATCH_ATTRS.get(op, {})
+    good = make((2,))
+    tvmgrad.prepare(op, good, attrs)
+    lead = {"slogdet_grad": 1}.get(op, 0)
+    for name in carriers:
+        a = good[name]
+        for bad in (np.stack([a, a], axis=lead),                    # an extra batch dim
+                    np.take(a, 0, axis=lead),                       # a missing one
+                    np.take(a, [0], axis=lead)):                    # size 1 (would broadcast)
+            with pytest.raises(ValueError, match=rf"{op}: .*{name}"):
+                tvmgrad.prepare(op, {**good, name: bad}, attrs)
+
+
+def test_solve_like_ops_still_broadcast_x_and_y():
+    x, y = wellcond((1, 3, 3), "float64"), rand((4, 3, 2), "float64")
+    out = np.linalg.solve(x, y)
+    g = rand((4, 3, 2), "float64", 1)
+    got = tvmgrad.run("solve_grad", {"x": x, "y": y, "out": out, "out_grad": g})
+    want = c_ops("solve_grad", {"x": np.broadcast_to(x, (4, 3, 3)).copy(), "y": y, "out": out, "out_grad": g}, {})
+    close("solve_grad x_grad", got["x_grad"], want["x_grad"].sum(0, keepdims=True))
+    close("solve_grad y_grad", got["y_grad"], want["y_grad"])
+
+
+def test_eigvalsh_grad_uplo_and_shapes_checked():
+    v = rand((2, 3, 3), "float64")
+    g = rand((2, 3), "float64")
+    for uplo in ("L", "U"):
+        tvmgrad.run("eigvalsh_grad", {"eigenvectors": v, "eigenvalues_grad": g}, {"uplo": uplo, "is_test": False})
+    for uplo in ("bogus", "l", ""):
+        with pytest.raises(ValueError, match=r"eigvalsh_grad: attribute 'uplo' is .*; it must be 'L' or 'U'"):
+            tvmgrad.run("eigvalsh_grad", {"eigenvectors": v, "eigenvalues_grad": g}, {"uplo": uplo, "is_test": False})
+
+
+def test_svd_qr_factor_shapes_checked():
+    inputs = svd_inputs((2, 4, 3), "float64", False)
+    with pytest.raises(ValueError, match=r"svd_grad: 'u' has shape \[2, 4, 4\]; .*full_matrices=False\) its dim -1 must be 3"):
+        tvmgrad.run("svd_grad", {**inputs, "u": rand((2, 4, 4), "float64"), "u_grad": rand((2, 4, 4), "float64")},
+                    {"full_matrices": False})
+    full = svd_inputs((2, 4, 3), "float64", True)
+    with pytest.raises(ValueError, match=r"svd_grad: 'u' has shape \[2, 4, 4\]; .*full_matrices=False"):
+        tvmgrad.run("svd_grad", full, {"full_matrices": False})
+    qr = BATCH_CASES["qr_grad"][0]((2,))
+    with pytest.raises(ValueError, match=r"qr_grad: 'q' has shape \[2, 4, 3\]; .*mode='complete'\) its dim -1 must be 4"):
+        tvmgrad.run("qr_grad", {**qr, "x": rand((2, 4, 5), "float64")[..., :4, :4]}, {"mode": "complete"})
+    with pytest.raises(ValueError, match=r"qr_grad: 'x' has shape \[3\]; it needs at least 2 dims"):
+        tvmgrad.run("qr_grad", {**qr, "x": rand((3,), "float64")}, {"mode": "reduced"})
+
+
 def test_linear_grads_adjoint_identity():
     """⟨A x, y⟩ = ⟨x, Aᵀ y⟩ in float64 for the parts of the forwards that are linear: lu_unpack
     in the packed factors, solve / triangular_solve in y, cholesky_solve in x."""

@@ -135,13 +135,17 @@ def test_roi_pool(dtype):
 
 
 def test_roi_pool_repeated_targets_and_empty_bins():
-    """Many bins recording the same pixel add up; −1 (an empty bin) and any negative index are
-    skipped, as Paddle's `arg_max >= 0` test does."""
+    """Many bins recording the same pixel add up; −1 (an empty bin, what the forward records) is
+    skipped, as Paddle's `arg_max >= 0` test does; an index below −1 is no index the forward
+    records, and is refused."""
     inputs, attrs = pool_case()
     am = inputs["arg_max"]
     am[:] = 7
     am[0, 0] = -1
     am[1, 1, 0, 0] = -3
+    with pytest.raises(ValueError, match=r"roi_pool_grad: input 'arg_max' holds -3 at \[1, 1, 0, 0\]"):
+        tvmgrad.run("roi_pool_grad", inputs, attrs)
+    am[1, 1, 0, 0] = -1
     check("roi_pool_grad", inputs, attrs, "float64")
     ours = tvmgrad.run("roi_pool_grad", inputs, attrs)["x_grad"]
     g = inputs["out_grad"].copy()

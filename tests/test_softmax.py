@@ -84,6 +84,18 @@ def test_softmax_bad_axis_and_shapes():
         tvmgrad.run("gumbel_softmax_grad", {"out": p, "out_grad": np.ones((3, 5))}, {"axis": -1})
 
 
+@pytest.mark.parametrize("op", ["log_softmax_grad", "gumbel_softmax_grad"])
+def test_softmax_out_and_out_grad_shapes_must_match(op):
+    """out and out_grad must have one shape: a ValueError naming the input, before any build
+    (log_softmax_grad's InferMeta sees only out)."""
+    p, g = _softmax_inputs((4, 6), -1)
+    for out, og in ((p, g[:, :5]), (p[:, :5], g), (p, g[None]), (p[None], g), (p, g.reshape(6, 4)), (p, g[0])):
+        with pytest.raises(ValueError, match=rf"{op}: .*'out(_grad)?' has shape"):
+            tvmgrad.prepare(op, {"out": out, "out_grad": og}, {"axis": -1})
+    with pytest.raises(TypeError, match=rf"{op}: input 'out_grad' has dtype float32 but 'out' has float64"):
+        tvmgrad.prepare(op, {"out": p, "out_grad": g.astype(np.float32)}, {"axis": -1})
+
+
 # ------------------------------------------------------------------------------------------
 # cross_entropy_with_softmax
 
@@ -186,9 +198,10 @@ def mce_forward(logits, label, m1, m2, m3, s):
     return sm, -np.log(sm[rows, label])
 
 
-def mce_grad_reference(inputs, attrs):
-    """Paddle's CalculateGrad kernel in float64 (float attributes rounded to float32 as there)."""
-    f = lambda v: float(np.float32(v))  # noqa: E731
+def mce_grad_reference(inputs, attrs, rounded=True):
+    """Paddle's CalculateGrad kernel in float64 (float attributes rounded to float32 as there;
+    ``rounded=False``: as given, to show the rounding matters)."""
+    f = (lambda v: float(np.float32(v))) if rounded else float  # noqa: E731
     m1, m2, s = f(attrs["margin1"]), f(attrs["margin2"]), f(attrs["scale"])
     logits = inputs["logits"].astype(np.float64)
     sm = inputs["softmax"].astype(np.float64)
@@ -230,6 +243,30 @@ def test_margin_cross_entropy_grad(name, dtype):
     rtol = {"float16": 5e-3, "bfloat16": 3e-2}.get(dtype)
     check("margin_cross_entropy_grad", inputs, attrs, dtype, oracle=mce_grad_reference, rtol=rtol,
           atol=None if rtol is None else 5e-2)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_margin_cross_entropy_grad_rounds_float_attributes_like_paddle(dtype):
+    """margin1/2/3 and scale are C++ floats in Paddle's kernel: rounded to float32 before the
+    (double) math. With margins float32 cannot hold exactly the float64 grad matches the
+    kernel's to ~1e-15 and differs from unrounded margins by ~1e-8."""
+    attrs = {**MCE, "margin1": 1.1, "margin2": 0.3, "margin3": 0.1, "scale": 30.3}
+    inputs = _mce_inputs(attrs=attrs, seed=3)
+    got = check("margin_cross_entropy_grad", inputs, attrs, dtype, oracle=mce_grad_reference,
+                rtol=1e-13 if dtype == "float64" else None)["logits_grad"]
+    if dtype == "float64":
+        unrounded = mce_grad_reference(inputs, attrs, rounded=False)["logits_grad"]
+        assert np.abs(got - unrounded).max() > 1e-9 * np.abs(unrounded).max()
+
+
+def test_margin_cross_entropy_grad_attribute_constants_keep_float32_rounding():
+    """TVM folds cast(float32, FloatImm) without rounding the value; a baked-in attribute is
+    rounded on the host instead."""
+    from tvmgrad.lazy import tirx
+    from tvmgrad.te_defs.softmax import _f32
+    v = _f32(tirx.const(0.3, "float64"))
+    assert float(v.value) == float(np.float32(0.3)) != 0.3
+    assert str(_f32(tirx.Var("m", "float64")).ty) == "float64"
 
 
 def test_margin_cross_entropy_grad_is_the_derivative():

@@ -12,6 +12,7 @@ import difflib
 import functools
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass
 
 from . import infer_meta as infer_meta_lib
@@ -176,12 +177,37 @@ def infer_outputs(op: Op, call: BoundCall) -> list:
     try:
         metas = list(fn(*(call.value(p) for p in params)))
     except infer_meta_lib.MetaError as exc:
-        raise ValueError(f"{spec.name}: {exc}") from None
+        # the InferMeta speaks of its own parameters (Pad3dInferMeta's x); the user passed the
+        # op's YAML arguments (pad3d_double_grad's grad_x_grad)
+        raise ValueError(f"{spec.name}: {rename_args(str(exc), _infer_renames(fn, params))}") \
+            from None
     if len(metas) > len(spec.outputs):
         raise RuntimeError(f"{spec.name}: {im.func} gave {len(metas)} metas for "
                            f"{len(spec.outputs)} outputs")
     metas += [None] * (len(spec.outputs) - len(metas))
     return metas
+
+
+def rename_args(text: str, renames: dict[str, str]) -> str:
+    """``text`` with each argument name ``a`` of ``renames`` (as a word: ``'x'``, ``x[1]``,
+    ``x's``) replaced by ``renames[a]``, all at once (a swap x <-> y stays a swap)."""
+    names = {a: b for a, b in renames.items() if a != b}
+    if not names:
+        return text
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+                         + r")(?![\w])")
+    return pattern.sub(lambda m: names[m.group(1)], text)
+
+
+@functools.lru_cache(maxsize=None)
+def _infer_params(fn) -> tuple[str, ...]:
+    import inspect
+    return tuple(inspect.signature(fn).parameters)
+
+
+def _infer_renames(fn, params) -> dict[str, str]:
+    """InferMeta parameter name -> the op argument the YAML passes to it."""
+    return dict(zip(_infer_params(fn), params))
 
 
 def _literal(text: str):
@@ -220,13 +246,44 @@ class InvokeImpl(OpImpl):
                 attrs[param.name] = _literal(text)
         return BoundCall(fwd_spec, tensors, attrs, call.options), renames
 
+    def _speak_for(self, exc: Exception, renames: dict[str, str]) -> Exception:
+        """The forward op's error as this op's: its name, and the YAML names of this op's
+        arguments in place of the forward's (``stack: x[1]`` -> ``unbind_grad: out_grad[1]``)."""
+        fwd = self.forward.name
+        text = str(exc)
+        if text.startswith(f"{fwd}: "):
+            text = text[len(fwd) + 2:]
+        # the forward op named in the text (not a quoted attribute of the same name: scale's 'scale')
+        text = re.sub(rf"(?<![\w.'\"]){re.escape(fwd)}(?![\w'\"])", self.name, text)
+        text = rename_args(text, renames)
+        try:
+            new = type(exc)(f"{self.name}: {text}")
+        except Exception:  # noqa: BLE001 - an exception type with another constructor
+            new = (TypeError if isinstance(exc, TypeError) else ValueError)(f"{self.name}: {text}")
+        return new
+
+    def _renames(self) -> dict[str, str]:
+        """forward argument name -> this op's YAML name (tensors and attributes)."""
+        out = {}
+        names = {p.name for p in self.spec.args}
+        for param, text in zip(self.forward.spec.args, self.spec.invoke.args):
+            if text in names:
+                out[param.name] = text
+        return out
+
     def infer(self, call: BoundCall) -> list:
         fwd_call, _ = self._forward_call(call)
-        return infer_outputs(self.forward, fwd_call)
+        try:
+            return infer_outputs(self.forward, fwd_call)
+        except (ValueError, TypeError) as exc:
+            raise self._speak_for(exc, self._renames()) from None
 
     def plan(self, call, outs):
         fwd_call, renames = self._forward_call(call)
-        plan = self.forward.impl.plan(fwd_call, outs)
+        try:
+            plan = self.forward.impl.plan(fwd_call, outs)
+        except (ValueError, TypeError) as exc:
+            raise self._speak_for(exc, self._renames()) from None
         out_names = dict(zip(self.forward.spec.output_names, self.spec.output_names))
         args = []
         for a in plan.args:

@@ -150,15 +150,16 @@ def _misaligned(array) -> bool:
 
 def to_tvm(array, shape, dt: DType):
     """A TVM tensor over a host array, viewed with ``shape`` in the storage dtype: zero-copy when
-    the array is contiguous and 64-byte aligned (as large numpy arrays are), else via an aligned
-    copy (kernels may use aligned vector loads)."""
+    the array is contiguous and 64-byte aligned (as large numpy arrays are; read-only ones, e.g.
+    ``np.load(..., mmap_mode='r')``, included), else via an aligned copy (kernels may use aligned
+    vector loads)."""
     import tvm_ffi
     if isinstance(array, np.ndarray):
         if not array.flags.c_contiguous or _misaligned(array):
             copy = aligned_empty(array.shape, array.dtype)
             np.copyto(copy, array)
             array = copy
-        tensor = tvm_ffi.from_dlpack(_storage_view(array, dt), require_alignment=0)
+        tensor = _from_numpy(_storage_view(array, dt))
     else:
         tensor = tvm_ffi.from_dlpack(array, require_alignment=0)
     shape = tuple(shape if shape is not None else array.shape)
@@ -168,6 +169,26 @@ def to_tvm(array, shape, dt: DType):
         # (a zero-size numpy array exports zero strides, which TVM calls non-compact)
         tensor = rt.create_view(tensor, shape, dt.storage)
     return tensor
+
+
+def _from_numpy(array: np.ndarray):
+    """A TVM tensor over a numpy array's memory, zero-copy, read-only arrays included.
+
+    numpy exports a read-only array only as a *versioned* DLPack capsule (DLPack >= 1.0 carries
+    a read-only flag); ``tvm_ffi.from_dlpack`` asks for the legacy one, which numpy refuses with
+    a BufferError. Kernels never write their inputs (outputs are separate, writable buffers), so
+    the capsule is requested explicitly. numpy < 2.1 has no versioned export: a read-only array
+    is copied there, as the last resort (the copy is never written back)."""
+    import tvm_ffi
+    try:
+        capsule = array.__dlpack__(max_version=(1, 0))
+    except TypeError:                       # numpy without DLPack 1.0
+        if not array.flags.writeable:
+            copy = aligned_empty(array.shape, array.dtype)
+            np.copyto(copy, array)
+            array = copy
+        capsule = array.__dlpack__()
+    return tvm_ffi.from_dlpack(capsule, require_alignment=0)
 
 
 def _inplace_view(op: str, name: str, array, meta: TensorMeta):
@@ -203,8 +224,16 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
     call = bind(entry.spec, inputs, attrs, **options)
     if not entry.available:
         raise NotImplementedError(f"{op}: listed in backward.yaml but not implemented yet")
-    outs = registry.infer_outputs(entry, call)
-    plan = entry.impl.plan(call, outs)
+    try:
+        outs = registry.infer_outputs(entry, call)
+        plan = entry.impl.plan(call, outs)
+    except (ValueError, TypeError) as exc:
+        # every error of a bad call names the op (a check deep in a planner, or numpy's own
+        # message about an array it was given, may not)
+        if str(exc).startswith(f"{op}: "):
+            raise
+        kind = TypeError if isinstance(exc, TypeError) else ValueError
+        raise kind(f"{op}: {exc}") from exc
     tgt = resolve(target)
     tgt.check_runs_here(op)
     if tgt.is_gpu and not rt.cuda_available():

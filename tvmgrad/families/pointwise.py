@@ -32,11 +32,14 @@ class Pointwise(OpImpl):
     family_kind = "pointwise"
 
     def __init__(self, fn: Callable, *, broadcast=None, views=None, dtypes=FLOATS,
-                 infer_meta=None, static=()):
+                 infer_meta=None, static=(), validate=None):
         super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
         self.broadcast = None if broadcast is None else tuple(broadcast)
         self.views = views
         self.static = tuple(static)
+        # validate(call, outs): attribute/shape rules the formula relies on, raising ValueError
+        # naming op and argument before anything is built
+        self.validate = validate
 
     # -- planning ------------------------------------------------------------------------------
     def _broadcasting_inputs(self, spec) -> set[str]:
@@ -59,15 +62,39 @@ class Pointwise(OpImpl):
         of dims that broadcast alike. ``shapes``: name -> shape of every present input and
         output. -> (groups, masks, runtime attr names, static attrs, kernel Args)."""
         spec, op = call.spec, call.op
+        free = self._broadcasting_inputs(spec)
+        # the domain is what the forward's inputs span (x and y of atan2, x and alpha of prelu):
+        # out_grad, out, ... may not widen it (a larger out_grad would be summed into the grads
+        # silently); those not allowed to broadcast must have exactly its shape
+        if not free:
+            # every input has one shape: compare each with the first (naming both)
+            ref = present[0]
+            for n in present[1:]:
+                if not same_shape(tuple(shapes[n]), tuple(shapes[ref])):
+                    raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
+                                  f"{list(shapes[ref])} (the shape of {ref!r})")
+        forward = {p.name for p in spec.forward.params if p.is_tensor} if spec.forward else set()
+        spanning = [n for n in present if n in forward] if free else []
+        spanning = spanning or present
         try:
-            domain = broadcast_shapes(*(shapes[n] for n in present), names=tuple(present))
+            domain = broadcast_shapes(*(shapes[n] for n in spanning), names=tuple(spanning))
         except MetaError as exc:
             raise OpError(f"{op}: {exc}") from None
-        free = self._broadcasting_inputs(spec)
+        for n in present:
+            if n in free and n not in spanning:
+                try:
+                    widened = broadcast_shapes(domain, shapes[n])
+                except MetaError:
+                    widened = None
+                if widened is None or not same_shape(tuple(widened), tuple(domain)):
+                    raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, which does not "
+                                  f"broadcast to {list(domain)} (the broadcast of "
+                                  + ", ".join(f"{m}{list(shapes[m])}" for m in spanning) + ")")
         for n in present:
             if n not in free and not same_shape(tuple(shapes[n]), domain):
+                why = "the broadcast of " + ", ".join(f"{m}{list(shapes[m])}" for m in spanning)
                 raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
-                              f"{list(domain)} (the shape of the other inputs)")
+                              f"{list(domain)} ({why})")
         operands = present + out_names
         groups, masks = _coalesce(domain, [shapes[n] for n in operands], operands, op)
         view = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in enumerate(operands)}
@@ -82,6 +109,8 @@ class Pointwise(OpImpl):
         spec, op = call.spec, call.op
         present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
         dt = self.check_dtype(call, present)
+        if self.validate is not None:
+            self.validate(call, outs)
         shapes = {n: call.meta(n).shape for n in present}
         out_names = [o.name for o, m in zip(spec.outputs, outs) if m is not None]
         shapes.update({o.name: m.shape for o, m in zip(spec.outputs, outs) if m is not None})

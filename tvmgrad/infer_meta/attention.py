@@ -81,6 +81,12 @@ def YoloLossGradInferMeta(x, gt_box, gt_label, gt_score, objectness_mask, gt_mat
     x = _need(x, "x")
     if x.ndim != 4:
         raise MetaError(f"x must be 4-D [N, C, H, W], got {list(x.shape)}")
+    for name, m in (("gt_box", gt_box), ("gt_label", gt_label), ("gt_score", gt_score),
+                    ("objectness_mask", objectness_mask), ("gt_match_mask", gt_match_mask),
+                    ("loss_grad", loss_grad)):
+        if m is not None and (m.ndim == 0 or m.shape[0] != x.shape[0]):
+            raise MetaError(f"input {name!r} has shape {list(m.shape)}: its first dim must be the "
+                            f"batch {x.shape[0]} of 'x'")
     return x, None, None, None
 
 

@@ -115,7 +115,9 @@ def EigGradInferMeta(out_w, out_v, out_w_grad, out_v_grad):
 
 @register
 def EigvalshGradInferMeta(eigenvectors, eigenvalues_grad, uplo, is_test):
-    """x_grad: eigenvectors' meta."""
+    """x_grad: eigenvectors' meta; uplo is 'L' or 'U' (which triangle the forward read)."""
+    if uplo not in ("L", "U"):
+        raise MetaError(f"attribute 'uplo' is {uplo!r}; it must be 'L' or 'U'")
     v, g = _need(eigenvectors, "eigenvectors"), _need(eigenvalues_grad, "eigenvalues_grad")
     _matrix(v, "eigenvectors", square=True)
     if tuple(g.shape) != tuple(v.shape[:-1]):
@@ -143,17 +145,40 @@ def LUGradInferMeta(x, out, pivots, out_grad, pivot):
 
 @register
 def LUUnpackGradInferMeta(x, pivots, l, u, pmat, l_grad, u_grad, unpack_ludata, unpack_pivots):
-    """x_grad: x's meta."""
+    """x_grad: x's meta. x [*, m, n] (k = min(m, n)); pivots [*, k] (int); l, l_grad [*, m, k];
+    u, u_grad [*, k, n], in x's dtype; pmat [*, m, m] in x's dtype when unpack_pivots, else the
+    empty placeholder the forward returns (any dtype: it is not read). unpack_ludata=False (no L,
+    U: nothing to differentiate; Paddle 3.3.1's kernel fails on the empty grads) is refused."""
     x = _need(x, "x")
     _matrix(x, "x")
+    if not unpack_ludata:
+        raise MetaError("attribute 'unpack_ludata' is False: the forward returns no L and U, so "
+                        "there is nothing to differentiate (Paddle 3.3.1's kernel fails on the "
+                        "empty l_grad/u_grad)")
     m, n = x.shape[-2], x.shape[-1]
     k = min(m, n)
     batch = tuple(x.shape[:-2])
-    for name, meta, shape in (("l_grad", l_grad, batch + (m, k)), ("u_grad", u_grad, batch + (k, n))):
+    for name, meta, shape in (("l_grad", l_grad, batch + (m, k)), ("u_grad", u_grad, batch + (k, n)),
+                              ("l", l, batch + (m, k)), ("u", u, batch + (k, n))):
         meta = _need(meta, name)
         if tuple(meta.shape) != shape:
             raise MetaError(f"{name} has shape {list(meta.shape)}, expected {list(shape)}")
         _same_dtype(x, meta, "x", name)
+    # (the op's argument is y: the caller renames this function's parameters in messages)
+    p = _need(pivots, "pivots")
+    if p.dtype.name not in ("int32", "int64"):
+        raise MetaError(f"pivots has dtype {p.dtype.name}; it must be int32 or int64")
+    if tuple(p.shape) != batch + (k,):
+        raise MetaError(f"pivots has shape {list(p.shape)}, expected {list(batch + (k,))}")
+    pm = _need(pmat, "pmat")
+    full = batch + (m, m)
+    if unpack_pivots:
+        if tuple(pm.shape) != full:
+            raise MetaError(f"pmat has shape {list(pm.shape)}, expected {list(full)}")
+        _same_dtype(x, pm, "x", "pmat")
+    elif tuple(pm.shape) != full and 0 not in tuple(pm.shape):
+        raise MetaError(f"pmat has shape {list(pm.shape)}; with unpack_pivots=False it is the "
+                        f"forward's empty placeholder (e.g. [0]) or the full {list(full)}")
     return (x,)
 
 
@@ -170,6 +195,9 @@ def FFTC2RGradInferMeta(out_grad, axes, normalization, forward, last_dim_size):
     ax = axes[-1] + g.ndim if axes[-1] < 0 else axes[-1]
     if not 0 <= ax < g.ndim:
         raise MetaError(f"axis {axes[-1]} is out of range for out_grad of rank {g.ndim}")
+    if last_dim_size < 0:
+        raise MetaError(f"attribute 'last_dim_size' is {last_dim_size}; it must be >= 0 (0: out_grad's "
+                        f"size along the last axis)")
     n = last_dim_size if last_dim_size > 0 else g.shape[ax]
     shape = list(g.shape)
     shape[ax] = n // 2 + 1

@@ -17,7 +17,9 @@ from ..dtypes import HALF
 from . import MetaError, TensorMeta, register, same_shape
 from ._common import need as _need
 
-__all__ = ["param_dtype_ok", "check_param"]
+__all__ = ["param_dtype_ok", "check_param", "MAX_POWER_ITERS"]
+
+MAX_POWER_ITERS = 100     # spectral_norm_grad unrolls its power iterations
 
 
 def param_dtype_ok(param: TensorMeta, x: TensorMeta) -> bool:
@@ -25,7 +27,10 @@ def param_dtype_ok(param: TensorMeta, x: TensorMeta) -> bool:
     return param.dtype == x.dtype or (x.dtype.name in HALF and param.dtype.name == "float32")
 
 
-def check_param(param: TensorMeta | None, x: TensorMeta, name: str, shape=None) -> None:
+def check_param(param: TensorMeta | None, x: TensorMeta, name: str, shape=None,
+                what: str | None = None) -> None:
+    """A norm parameter: x's dtype (or float32 for half x) and ``shape`` (``what`` says where
+    that shape comes from)."""
     if param is None:
         return
     if not param_dtype_ok(param, x):
@@ -33,7 +38,9 @@ def check_param(param: TensorMeta | None, x: TensorMeta, name: str, shape=None) 
         raise MetaError(f"input {name!r} has dtype {param.dtype.name}, expected {allowed} "
                         f"(the dtype of x is {x.dtype.name})")
     if shape is not None and not same_shape(param.shape, shape):
-        raise MetaError(f"input {name!r} has shape {list(param.shape)}, expected {list(shape)}")
+        why = f" ({what})" if what else ""
+        raise MetaError(f"input {name!r} has shape {list(param.shape)}, expected "
+                        f"{list(shape)}{why}")
 
 
 def _same_shape(a: TensorMeta, b: TensorMeta, an: str, bn: str) -> None:
@@ -78,13 +85,13 @@ def _instance_param_meta(x: TensorMeta, scale) -> TensorMeta:
     return TensorMeta((c,), dt)
 
 
-def _check_instance(x, scale, mean, var):
+def _check_instance(x, scale, mean, var, scale_name="scale"):
     if x.ndim < 2 or x.ndim > 5:
         raise MetaError(f"input 'x' must have rank 2 to 5 (N, C, ...), got shape {list(x.shape)}")
     n, c = x.shape[0], x.shape[1]
-    check_param(scale, x, "scale", (c,))
+    check_param(scale, x, scale_name, (c,), "the channels of 'x'")
     for meta, name in ((mean, "saved_mean"), (var, "saved_variance")):
-        check_param(meta, x, name, (n * c,))
+        check_param(meta, x, name, (n * c,), "batch·channels of 'x'")
 
 
 @register
@@ -105,7 +112,7 @@ def InstanceNormDoubleGradInferMeta(x, fwd_scale, saved_mean, saved_variance, gr
     """x_grad: x; fwd_scale_grad: (C,) (float32 for a half x); grad_y_grad: x."""
     x = _need(x, "x")
     _check_instance(x, fwd_scale, _need(saved_mean, "saved_mean"),
-                    _need(saved_variance, "saved_variance"))
+                    _need(saved_variance, "saved_variance"), "fwd_scale")
     grad_y = _need(grad_y, "grad_y")
     _same_shape(x, grad_y, "x", "grad_y")
     _same_dtype(x, grad_y, "x", "grad_y")
@@ -113,8 +120,8 @@ def InstanceNormDoubleGradInferMeta(x, fwd_scale, saved_mean, saved_variance, gr
         _same_shape(x, grad_x_grad, "x", "grad_x_grad")
         _same_dtype(x, grad_x_grad, "x", "grad_x_grad")
     c = x.shape[1]
-    check_param(grad_scale_grad, x, "grad_scale_grad", (c,))
-    check_param(grad_bias_grad, x, "grad_bias_grad", (c,))
+    check_param(grad_scale_grad, x, "grad_scale_grad", (c,), "the channels of 'x'")
+    check_param(grad_bias_grad, x, "grad_bias_grad", (c,), "the channels of 'x'")
     return x, _instance_param_meta(x, fwd_scale), x
 
 
@@ -132,17 +139,20 @@ def SpectralNormGradInferMeta(weight, u, v, out_grad, dim, power_iters, eps):
         raise MetaError(f"input 'weight' must have rank >= 2, got shape {list(weight.shape)}")
     if dim not in (0, 1) or dim >= weight.ndim:
         raise MetaError(f"attribute 'dim' must be 0 or 1, got {dim}")
-    if power_iters < 0:
-        raise MetaError(f"attribute 'power_iters' must be >= 0, got {power_iters}")
+    if not 0 <= power_iters <= MAX_POWER_ITERS:
+        raise MetaError(f"attribute 'power_iters' must be in [0, {MAX_POWER_ITERS}], got "
+                        f"{power_iters} (the power iterations are unrolled into the kernel)")
     h = weight.shape[dim]
     w = 1
     for i, s in enumerate(weight.shape):
         if i != dim:
             w *= s
-    for meta, name, size in ((u, "u", h), (v, "v", w)):
+    for meta, name, size, what in ((u, "u", h, f"dim {dim} of 'weight'"),
+                                   (v, "v", w, f"the other dims of 'weight' {list(weight.shape)}")):
         meta = _need(meta, name)
         if meta.shape != (size,):
-            raise MetaError(f"input {name!r} has shape {list(meta.shape)}, expected [{size}]")
+            raise MetaError(f"input {name!r} has shape {list(meta.shape)}, expected [{size}] "
+                            f"({what})")
         _same_dtype(weight, meta, "weight", name)
     out_grad = _need(out_grad, "out_grad")
     _same_shape(weight, out_grad, "weight", "out_grad")

@@ -24,10 +24,10 @@ def AffineGridGradInferMeta(output_grad, output_shape, align_corners):
     if g.ndim != S + 2:
         raise MetaError(f"input 'output_grad' must be {S + 2}-D {['N'] + ['D', 'H', 'W'][3 - S:] + [S]} "
                         f"for output_shape {list(shape)}, got shape {list(g.shape)}")
-    for got, exp in zip(g.shape[1:], want[1:]):
+    for got, exp in zip(g.shape, want):
         if isinstance(got, int) and isinstance(exp, int) and got != exp:
             raise MetaError(f"input 'output_grad' has shape {list(g.shape)} but output_shape "
-                            f"{list(shape)} makes the grid {[g.shape[0]] + list(want[1:])}")
+                            f"{list(shape)} makes the grid {list(want)}")
     return (TensorMeta((g.shape[0], S, S + 1), g.dtype),)
 
 

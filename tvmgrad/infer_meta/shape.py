@@ -19,17 +19,20 @@ def _need_list(metas, what: str) -> list[TensorMeta]:
     return [_need(m, f"{what}[{i}]") for i, m in enumerate(metas)]
 
 
-def norm_axis(axis: int, rank: int, what: str = "axis", extra: int = 0) -> int:
-    """``axis`` in [-(rank+extra), rank+extra) made non-negative; MetaError naming ``what``."""
+def norm_axis(axis: int, rank: int, what: str = "axis", extra: int = 0, of: str | None = None) -> int:
+    """``axis`` in [-(rank+extra), rank+extra) made non-negative; MetaError naming ``what`` (and
+    the tensor ``of``, when given)."""
     hi = rank + extra
     if not -hi <= axis < hi:
-        raise MetaError(f"attribute {what!r} = {axis} is out of range [{-hi}, {hi - 1}] for a "
-                        f"rank-{rank} tensor")
+        tensor = f"{of!r} of rank {rank}" if of else f"a rank-{rank} tensor"
+        raise MetaError(f"attribute {what!r} = {axis} is out of range [{-hi}, {hi - 1}] for "
+                        f"{tensor}")
     return axis + hi if axis < 0 else axis
 
 
-def norm_axes(axes, rank: int, what: str = "axis", unique: bool = True) -> tuple[int, ...]:
-    out = tuple(norm_axis(a, rank, what) for a in axes)
+def norm_axes(axes, rank: int, what: str = "axis", unique: bool = True,
+              of: str | None = None) -> tuple[int, ...]:
+    out = tuple(norm_axis(a, rank, what, of=of) for a in axes)
     if unique and len(set(out)) != len(out):
         raise MetaError(f"attribute {what!r} = {list(axes)} has duplicate axes")
     return out
@@ -58,6 +61,9 @@ def KernelWithXShapeInferMeta(xshape, out_grad):
     Paddle 3.3.1 takes the forward input x itself as ``xshape`` (its dims are x's dims; the
     legacy XShape of dims [0, *x.dims] is accepted too when unambiguous)."""
     xshape, out_grad = _need(xshape, "xshape"), _need(out_grad, "out_grad")
+    if xshape.dtype != out_grad.dtype:
+        raise MetaError(f"input 'xshape' has dtype {xshape.dtype.name} but 'out_grad' has "
+                        f"{out_grad.dtype.name}; they must match (xshape is the forward's x)")
     size = math.prod(out_grad.shape)
     if math.prod(xshape.shape) == size:
         shape = xshape.shape
@@ -80,7 +86,7 @@ def ConcatInferMeta(x, axis):
     rank = x[0].ndim
     if rank == 0:
         raise MetaError("x[0] is 0-D; concat needs tensors of rank >= 1")
-    ax = norm_axis(int(axis), rank)
+    ax = norm_axis(int(axis), rank, of="x[0]")
     shape = list(x[0].shape)
     for i, m in enumerate(x[1:], 1):
         if m.ndim != rank:
@@ -101,7 +107,7 @@ def _stack(x, axis, what):
             raise MetaError(f"{what}[{i}] has shape {list(m.shape)} but {what}[0] has "
                             f"{list(x[0].shape)}; stacked tensors must have equal shapes")
     rank = x[0].ndim
-    ax = norm_axis(int(axis), rank, extra=1)
+    ax = norm_axis(int(axis), rank, extra=1, of=f"{what}[0]")
     shape = list(x[0].shape)
     shape.insert(ax, len(x))
     return (TensorMeta(shape, x[0].dtype),)
@@ -119,7 +125,7 @@ def StackGradInferMeta(out_grad, axis):
     out_grad = _need(out_grad, "out_grad")
     if out_grad.ndim == 0:
         raise MetaError("out_grad is 0-D; it must have the stacked axis")
-    ax = norm_axis(int(axis), out_grad.ndim)
+    ax = norm_axis(int(axis), out_grad.ndim, of="out_grad")
     shape = out_grad.shape[:ax] + out_grad.shape[ax + 1:]
     return ([TensorMeta(shape, out_grad.dtype) for _ in range(out_grad.shape[ax])],)
 
@@ -145,8 +151,13 @@ def MeshgridGradInferMeta(inputs, outputs_grad):
     grid = tuple(math.prod(m.shape) for m in inputs)
     for i, g in enumerate(grads):
         if g.shape != grid:
-            raise MetaError(f"outputs_grad[{i}] has shape {list(g.shape)}, expected {list(grid)}")
+            raise MetaError(f"outputs_grad[{i}] has shape {list(g.shape)}, expected {list(grid)} "
+                            f"(the sizes of inputs[0..{len(inputs) - 1}])")
     _same_dtype(grads, "outputs_grad")
+    for i, m in enumerate(inputs):
+        if m.dtype != grads[0].dtype:
+            raise MetaError(f"inputs[{i}] has dtype {m.dtype.name} but outputs_grad[0] has "
+                            f"{grads[0].dtype.name}; they must match")
     return ([TensorMeta(m.shape, grads[0].dtype) for m in inputs],)
 
 
@@ -211,7 +222,7 @@ def ExpandInferMeta(x, shape):
 def FlipInferMeta(x, axis):
     """out = x reversed along ``axis`` (no duplicates)."""
     x = _need(x, "x")
-    norm_axes(axis, x.ndim)
+    norm_axes(axis, x.ndim, of="x")
     return (x,)
 
 
@@ -221,7 +232,7 @@ def ReverseInferMeta(x, axis):
     x = _need(x, "x")
     if len(axis) == 0:
         raise MetaError("attribute 'axis' can not be empty")
-    norm_axes(axis, x.ndim, unique=False)
+    norm_axes(axis, x.ndim, unique=False, of="x")
     return (x,)
 
 
@@ -357,21 +368,21 @@ def FillDiagonalTensorGradInferMeta(out_grad, offset, dim1, dim2):
     out_grad = _need(out_grad, "out_grad")
     if out_grad.ndim < 2:
         raise MetaError(f"out_grad has rank {out_grad.ndim}; fill_diagonal_tensor needs rank >= 2")
-    d1 = norm_axis(int(dim1), out_grad.ndim, "dim1")
-    d2 = norm_axis(int(dim2), out_grad.ndim, "dim2")
+    d1 = norm_axis(int(dim1), out_grad.ndim, "dim1", of="out_grad")
+    d2 = norm_axis(int(dim2), out_grad.ndim, "dim2", of="out_grad")
     if d1 == d2:
         raise MetaError(f"attributes 'dim1' = {dim1} and 'dim2' = {dim2} name the same dim")
     return (out_grad,)
 
 
-def _pixel_check(meta, factor, data_format, what):
+def _pixel_check(meta, factor, data_format, what, factor_name):
     if meta.ndim != 4:
         raise MetaError(f"{what} has rank {meta.ndim}; it must be a 4-D tensor [N, C, H, W] or "
                         f"[N, H, W, C]")
     if data_format not in ("NCHW", "NHWC"):
         raise MetaError(f"attribute 'data_format' = {data_format!r} must be 'NCHW' or 'NHWC'")
     if factor <= 0:
-        raise MetaError(f"the factor ({factor}) must be positive")
+        raise MetaError(f"the factor ({factor}) must be positive (attribute {factor_name!r})")
 
 
 @register
@@ -379,7 +390,7 @@ def PixelShuffleGradInferMeta(out_grad, upscale_factor, data_format):
     """x_grad: [N, C·r², H/r, W/r] for out_grad [N, C, H, W] (NCHW; likewise NHWC)."""
     g = _need(out_grad, "out_grad")
     r = int(upscale_factor)
-    _pixel_check(g, r, data_format, "out_grad")
+    _pixel_check(g, r, data_format, "out_grad", "upscale_factor")
     if data_format == "NCHW":
         n, c, h, w = g.shape
     else:
@@ -397,14 +408,14 @@ def PixelUnshuffleGradInferMeta(out_grad, downscale_factor, data_format):
     """x_grad: [N, C/r², H·r, W·r] for out_grad [N, C, H, W] (NCHW; likewise NHWC)."""
     g = _need(out_grad, "out_grad")
     r = int(downscale_factor)
-    _pixel_check(g, r, data_format, "out_grad")
+    _pixel_check(g, r, data_format, "out_grad", "downscale_factor")
     if data_format == "NCHW":
         n, c, h, w = g.shape
     else:
         n, h, w, c = g.shape
     if c % (r * r):
         raise MetaError(f"out_grad of shape {list(g.shape)}: its channels must be divisible by "
-                        f"downscale_factor² = {r * r}")
+                        f"downscale_factor^2 = {r * r}")
     if data_format == "NCHW":
         return (TensorMeta((n, c // (r * r), h * r, w * r), g.dtype),)
     return (TensorMeta((n, h * r, w * r, c // (r * r)), g.dtype),)
