@@ -12,6 +12,12 @@ Indices are checked on the host before any kernel runs (in the plan): an out-of-
 raises a ValueError naming the op and the input; a kernel never reads or writes out of bounds.
 Half types accumulate in float32 and round once.
 
+Data dtypes beyond the floats, where Paddle registers them: complex64/128 (tvmgrad.dtypes stores
+them as float32/64 with a trailing (re, im) dim of 2, which every float tensor of the kernel
+carries as one more innermost dim: data movement moves and sums both parts alike; ``pair()`` tells
+a builder), integers (copies and sums in their own dtype, wrapping as Paddle's; divisions
+truncate as C++'s) and bool (a sum of bools is their OR, as Paddle's ``bool +=``).
+
 Kernel shapes: tensors are viewed as (outer, axis, inner) (or (outer, axis) when nothing follows
 the axis) where the op allows it, so one kernel serves every rank and axis. Sequential parts are
 ``te.extern`` bodies of annotated blocks (``Body``) that the ``idx_serial``/``scan_blocked``
@@ -27,7 +33,7 @@ import hashlib
 import math
 import threading
 
-from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpError, Plan
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
 from tvmgrad.infer_meta import TensorMeta
@@ -42,7 +48,7 @@ from ._extern import (CW, Body, ceildiv, extern, i64, proxy,  # noqa: F401  (re-
                       scatter_body)
 
 __all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
-           "scatter_rows", "blocked_scan", "on_cuda"]
+           "scatter_rows", "blocked_scan", "on_cuda", "pair"]
 
 # ------------------------------------------------------------------------------------------
 # The family: TensorOp with tensor views, a deterministic/atomic switch and identity outputs
@@ -50,11 +56,23 @@ __all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_al
 _CTX = threading.local()
 ATOMIC_DTYPES = ("float32", "float64")
 
+# data dtypes beyond FLOATS (see the module docstring); each op lists those Paddle registers
+INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64")
+CPLX = FLOATS + COMPLEX
+
 
 def build_options() -> dict:
-    """Options of the kernel being built: ``deterministic`` (bool), ``variant`` (tuple) and
-    ``scalars`` (host-computed int64 scalar parameters by name)."""
-    return getattr(_CTX, "options", None) or {"deterministic": True, "variant": (), "scalars": {}}
+    """Options of the kernel being built: ``deterministic`` (bool), ``variant`` (tuple),
+    ``scalars`` (host-computed int64 scalar parameters by name) and ``pair`` (complex data: every
+    float tensor has a trailing (re, im) dim of 2)."""
+    return getattr(_CTX, "options", None) or {"deterministic": True, "variant": (), "scalars": {},
+                                              "pair": False}
+
+
+def pair() -> bool:
+    """Is the kernel being built complex? Then every float tensor has one more innermost dim of
+    2 (re, im) than its view; index tensors do not."""
+    return bool(build_options().get("pair"))
 
 
 class IndexOp(TensorOp):
@@ -72,10 +90,12 @@ class IndexOp(TensorOp):
     inputs' whatever shape inference says (Paddle's kernels allocate them as T).
     ``host_scalars(call, views) -> {name: int}``: int64 scalar parameters computed on the host
     (e.g. a scan's chunk size); the builder gets them as vars in ``build_options()["scalars"]``.
+    ``rewrite(call)``: replaces input arrays of the call on the host before anything else is
+    planned (index_put_grad's bool masks become their nonzero() index tensors, as in Paddle).
     """
 
     def __init__(self, fn, *, view=None, atomic=False, alias=None, code_attrs=None,
-                 int_runtime=(), out_dtype=(), host_scalars=None, **options):
+                 int_runtime=(), out_dtype=(), host_scalars=None, rewrite=None, **options):
         options.setdefault("pattern", "idx_serial")
         super().__init__(fn, **options)
         self.view = view
@@ -85,6 +105,7 @@ class IndexOp(TensorOp):
         self.int_runtime = tuple(int_runtime)
         self.out_dtype = tuple(out_dtype)
         self.host_scalars = host_scalars
+        self.rewrite = rewrite
 
     def runtime_attrs(self, spec) -> list[str]:
         return []
@@ -106,6 +127,8 @@ class IndexOp(TensorOp):
 
     def plan(self, call, outs) -> Plan:
         spec, op = call.spec, call.op
+        if self.rewrite is not None:
+            self.rewrite(call)
         present, dt, metas = self.checked_inputs(call)
         self._fix_outputs(call, outs, dt)
         if self.validate is not None:
@@ -168,7 +191,8 @@ class IndexOp(TensorOp):
         aliases = {o.name: (self.alias[o.name], m.shape) for o, m in zip(spec.outputs, outs)
                    if o.name in self.alias and m is not None}
         attrs = dict(call.attrs)
-        options = {"deterministic": det, "variant": tuple(variant), "scalars": sorted(extra)}
+        options = {"deterministic": det, "variant": tuple(variant), "scalars": sorted(extra),
+                   "pair": dt.lanes == 2}
         make = None
         if any(m is not None for m in vouts):
             make = lambda: self._make_with(options, spec, dt, vmetas, vouts, attrs)  # noqa: E731
@@ -187,6 +211,8 @@ class IndexOp(TensorOp):
     def _build(self, spec, dt, metas, outs, attrs):
         def holder(name, meta):
             shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            if meta.dtype.lanes == 2:
+                shape.append(tirx.IntImm("int64", 2))     # complex: the (re, im) pair
             return te.placeholder(shape, meta.dtype.storage, name=name)
 
         tensors = {}
@@ -289,10 +315,45 @@ def wrap(r, n):
 
 
 def cast_to(t, dt, name):
-    """te.compute casting a compute-dtype tensor to dt's storage (identity when they agree)."""
-    if dt.storage == dt.compute:
+    """te.compute casting an accumulated tensor (``acc_dtype``) to dt's storage (identity when
+    they agree; a bool is the accumulated count != 0)."""
+    if str(t.dtype) == dt.storage:
         return t
-    return te.compute(t.shape, lambda *i: t(*i).astype(dt.storage), name=name)
+    return te.compute(t.shape, lambda *i: store_as(t(*i), dt), name=name)
+
+
+def acc_dtype(dt) -> str:
+    """The dtype sums of ``dt`` run in: its compute dtype; int32 for bool (a count: the sum of
+    bools is their OR, as Paddle's ``bool +=``; a TIR add of bools would wrap to XOR)."""
+    return "int32" if dt.name == "bool" else dt.compute
+
+
+def to_acc(value, dt):
+    """A compute-dtype value (scalar or vector) in ``acc_dtype(dt)``."""
+    acc = acc_dtype(dt)
+    if acc == dt.compute:
+        return value
+    if hasattr(value, "asobject"):          # a te.Tensor element
+        value = value.asobject()
+    ty = str(value.ty)
+    lanes = ty.partition("x")[2]
+    return tirx.Cast(f"{acc}x{lanes}" if lanes else acc, value)
+
+
+def store_as(value, dt):
+    """An accumulated value (``acc_dtype``) in dt's storage dtype (bool: != 0)."""
+    if hasattr(value, "asobject"):          # a te.Tensor element
+        value = value.asobject()
+    if dt.name == "bool" and str(value.ty) != "bool":
+        return value != tirx.const(0, str(value.ty))
+    return value if str(value.ty) == dt.storage else value.astype(dt.storage)
+
+
+def div(a, b):
+    """a / b: truncating for integers (C++'s, as Paddle's integer kernels), else true division."""
+    if str(getattr(a, "ty", getattr(a, "dtype", "float32"))).startswith(("int", "uint")):
+        return tirx.truncdiv(a, b)
+    return a / b
 
 
 def dtype_of(t):
@@ -342,16 +403,19 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
     axis order) landing on a slot wins, as Paddle's CPU kernels; else contributions add up in
     axis order. Deterministic: one thread per column (every coordinate but the axis) walks the
     axis serially; with ``deterministic=False`` (adds only) one CUDA thread per element adds
-    atomically. Half types accumulate in float32, rounded once.
+    atomically. Half types accumulate in float32, rounded once; bool as a count (``acc_dtype``).
+    Complex data (``pair()``): src's last dim is the (re, im) pair; every column (pairs
+    included) is a parallel unit, without a vector strip (a strip must be the innermost index).
     """
     det = build_options()["deterministic"] or assign
     rank = len(src.shape)
     dims = list(src.shape)
     n = dims[axis]
-    lead = dims[:axis]
-    last = axis < rank - 1
-    mid = dims[axis + 1:-1] if last else []
-    vec = dims[-1] if last else None
+    # the vector strip: the innermost dim when it follows the axis (none for complex data)
+    v = rank - 1 if axis < rank - 1 and not pair() else None
+    pdims = [d for d in range(rank) if d not in (axis, v)]
+    vec = dims[v] if v is not None else None
+    acc = acc_dtype(dt)
     value = value or (lambda L, c: tc(L[0][tuple(c)], dt))
 
     def gen(ins, outs, body):
@@ -363,23 +427,28 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
             r = i64(row(L, c))
             if is_vector(r):
                 # a CPU strip whose destination rows differ per lane: one lane at a time
-                ramp = c[-1]
+                ramp = c[v]
                 with T.serial(0, i64(CW)) as lane:
-                    store(c[:-1] + [ramp.base + lane], use_atomic)
+                    store(c[:v] + [ramp.base + lane] + c[v + 1:], use_atomic)
                 return
             r = T.Bind(r)
-            v = T.Bind(value(L, c))
-            put(tuple(c[:axis] + [r] + c[axis + 1:]), v, use_atomic)
+            val = T.Bind(to_acc(value(L, c), dt))
+            put(tuple(c[:axis] + [r] + c[axis + 1:]), val, use_atomic)
 
         if det:
-            unit = not lead and not mid and vec is None
+            unit = not pdims
 
             def col(P, S, C):
                 P = P[1:] if unit else P
-                c = P[:len(lead)] + [S[0]] + P[len(lead):] + ([C] if last else [])
+                c = [None] * rank
+                for d, p in zip(pdims, P):
+                    c[d] = p
+                c[axis] = S[0]
+                if v is not None:
+                    c[v] = C
                 store(c, False)
-            two_forms(body, f"{name}_cols", col, par=([1] if unit else lead + mid), ser=[n],
-                      vec=vec, reads=list(ins), writes=[out])
+            two_forms(body, f"{name}_cols", col, par=([1] if unit else [dims[d] for d in pdims]),
+                      ser=[n], vec=vec, reads=list(ins), writes=[out])
         else:
             cuda = on_cuda()
             body.block(f"{name}_atomic", lambda P, S, C: store(P, True), par=dims,
@@ -387,7 +456,7 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
             body.block(f"{name}_serial", lambda P, S, C: store(S, False), ser=dims,
                        reads=list(ins), writes=[out], when=cuda == 0)
 
-    (res,) = extern(f"{name}_scatter", [(list(dest_shape), dt.compute)], list(inputs), gen)
+    (res,) = extern(f"{name}_scatter", [(list(dest_shape), acc)], list(inputs), gen)
     return cast_to(res, dt, name)
 
 
@@ -430,20 +499,24 @@ def _index_rows(M):
     return lambda L, c: wrap(L[1][c[1]], M)
 
 
-@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=CPLX + ("bool",) + INT_DTYPES)
 def gather_grad(x, index, out_grad, axis):
     """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis`` (x_grad is 0 elsewhere);
     repeated indices add up in index order; negative indices count from the end (-M <= index < M,
-    as Paddle 3.3.1's gather_grad); a 0-d index drops the axis from out_grad."""
+    as Paddle 3.3.1's gather_grad); a 0-d index drops the axis from out_grad. Complex, integer
+    and bool grads too (sums wrap as Paddle's; bool: OR)."""
     dt = dtype_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
 
 
-@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=CPLX + ("bool", "int32", "int64"))
 def index_select_grad(x, index, out_grad, axis):
     """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis``; repeated indices add up in
-    index order; -M <= index < M (negative counts from the end)."""
+    index order; -M <= index < M (negative counts from the end). Complex, int32/int64 and bool
+    (OR) grads too."""
     dt = dtype_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
@@ -466,7 +539,7 @@ def _index_add_view(call, metas, outs):
 
 
 @index_op(view=_index_add_view, alias={"x_grad": "out_grad"}, code_attrs=(),
-          float_inputs=("add_value", "out_grad"))
+          float_inputs=("add_value", "out_grad"), dtypes=FLOATS + ("int32", "int64"))
 def index_add_grad(index, add_value, out_grad, axis):
     """out = x with add_value added at ``index`` along ``axis``:  x_grad = out_grad (no kernel),
     add_value_grad[.., i, ..] = out_grad[.., index[i], ..]; -M <= index < M (negative counts from
@@ -497,12 +570,13 @@ def _index_sample_view(call, metas, outs):
     return {}, ()
 
 
-@index_op(view=_index_sample_view, atomic=True, float_inputs=("x", "out_grad"))
+@index_op(view=_index_sample_view, atomic=True, float_inputs=("x", "out_grad"),
+          dtypes=CPLX + ("int32", "int64"))
 def index_sample_grad(x, index, out_grad):
     """x_grad[b, index[b, i]] += out_grad[b, i]  (0 <= index < x.shape[1], as Paddle; repeated
     indices add up in order)."""
     dt = dtype_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
+    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c[:2])],
                          [out_grad, index])
 
 
@@ -528,14 +602,15 @@ def _strided_view(call, metas, outs):
     return {"x": (outer, m, inner), "x_grad": (outer, m, inner), "out_grad": (outer, inner)}, ()
 
 
-@index_op(view=_strided_view, int_runtime=("index",), code_attrs=())
+@index_op(view=_strided_view, int_runtime=("index",), code_attrs=(),
+          dtypes=CPLX + ("bool",) + INT_DTYPES)
 def index_select_strided_grad(x, out_grad, index, axis):
     """x_grad = 0 except x_grad[.., index, ..] = out_grad  (0 <= index < x.shape[axis])."""
     dt = dtype_of(out_grad)
     zero = tirx.const(0, dt.storage)
 
-    def body(o, j, c):
-        return tirx.Select(j == index, out_grad[o, c], zero)
+    def body(o, j, *c):
+        return tirx.Select(j == index, out_grad[(o,) + c], zero)
 
     return te.compute(x.shape, body, name="x_grad")
 
@@ -560,7 +635,7 @@ def _multiplex_view(call, metas, outs):
              "out_grad": (rows, rest), "index": (rows,)}, ())
 
 
-@index_op(view=_multiplex_view, float_inputs=("inputs", "out_grad"))
+@index_op(view=_multiplex_view, float_inputs=("inputs", "out_grad"), dtypes=CPLX + ("int32", "int64"))
 def multiplex_grad(inputs, index, out_grad):
     """out[b] = inputs[index[b]][b]:  inputs_grad[k][b] = out_grad[b] where index[b] == k, else 0
     (0 <= index < len(inputs))."""
@@ -568,7 +643,8 @@ def multiplex_grad(inputs, index, out_grad):
     zero = tirx.const(0, dt.storage)
     def grad(k):
         return te.compute(inputs[k].shape,
-                          lambda b, c: tirx.Select(i64(index[b]) == i64(k), out_grad[b, c], zero),
+                          lambda b, *c: tirx.Select(i64(index[b]) == i64(k), out_grad[(b,) + c],
+                                                    zero),
                           name=f"inputs_grad{k}")
 
     return [grad(k) for k in range(len(inputs))]
@@ -601,18 +677,20 @@ def _where_view(call, metas, outs):
 
 def reduce_to(full_shape, target_shape, mask, expr, dt, name):
     """A tensor of ``target_shape`` (same rank as ``full_shape``; ``mask[d]``: dim d is broadcast
-    there) summing ``expr(idx)`` (compute dtype) over the broadcast dims; cast to dt."""
+    there; dims past the mask, e.g. a complex pair, are not) summing ``expr(idx)`` (compute
+    dtype) over the broadcast dims (in ``acc_dtype``: bool sums are ORs); cast to dt."""
+    mask = tuple(mask) + (False,) * (len(target_shape) - len(mask))
     if not any(mask):
-        return te.compute(target_shape, lambda *i: expr(i).astype(dt.storage), name=name)
+        return te.compute(target_shape, lambda *i: store_as(expr(i), dt), name=name)
     axes = [te.reduce_axis((0, full_shape[d]), name=f"r{d}") for d in range(len(mask)) if mask[d]]
 
     def body(*i):
         it = iter(axes)
         idx = tuple(next(it) if mask[d] else i[d] for d in range(len(mask)))
-        return te.sum(expr(idx), axis=axes)
+        return te.sum(to_acc(expr(idx), dt), axis=axes)
 
     acc = te.compute(target_shape, body, name=f"{name}_acc")
-    return te.compute(target_shape, lambda *i: acc(*i).astype(dt.storage), name=name)
+    return te.compute(target_shape, lambda *i: store_as(acc(*i), dt), name=name)
 
 
 def bload(t, idx, mask):
@@ -620,11 +698,12 @@ def bload(t, idx, mask):
     return t[tuple(i64(0) if m else i for i, m in zip(idx, mask))]
 
 
-@index_op(view=_where_view, float_inputs=("x", "y", "out_grad"), index_dtypes=("bool",))
+@index_op(view=_where_view, float_inputs=("x", "y", "out_grad"), index_dtypes=("bool",),
+          dtypes=CPLX + ("bool",) + INT_DTYPES)
 def where_grad(condition, x, y, out_grad):
     """x_grad = Σ_bcast condition ? out_grad : 0,  y_grad = Σ_bcast condition ? 0 : out_grad
     (summed over the dims each input was broadcast along; Paddle 3.3.1 reads past the buffers
-    when the shapes differ)."""
+    when the shapes differ). Complex, integer and bool (the sum is an OR) grads too."""
     dt = dtype_of(out_grad)
     mc, mx, my = build_options()["variant"]
     full = out_grad.shape
@@ -685,7 +764,8 @@ def _variant_axis():
     return 1 if v[0] == "3d" else v[1]
 
 
-@index_op(view=_take_view, atomic=True, code_attrs=(), float_inputs=("arr", "out_grad"))
+@index_op(view=_take_view, atomic=True, code_attrs=(), float_inputs=("arr", "out_grad"),
+          dtypes=FLOATS + ("uint8", "int16", "int32", "int64"))
 def take_along_axis_grad(arr, indices, out_grad, axis):
     """arr_grad[.., indices[.., i, ..], ..] += out_grad[.., i, ..] along ``axis`` (the index's
     other dims may be shorter than arr's; the rest of arr_grad is 0); -M <= index < M."""
@@ -694,6 +774,39 @@ def take_along_axis_grad(arr, indices, out_grad, axis):
     m = arr.shape[ax]
     return scatter_along(out_grad, ax, arr.shape, dt, "arr_grad",
                          lambda L, c: wrap(L[1][tuple(c)], m), [out_grad, indices])
+
+
+def safe_divisor(v):
+    """An integer divisor made safe (0 -> 1: a zero divisor would kill the process with SIGFPE;
+    the planner rejects the data that has one); a float one as it is."""
+    if str(v.ty).startswith(("int", "uint")):
+        return tirx.Select(v == tirx.const(0, str(v.ty)), tirx.const(1, str(v.ty)), v)
+    return v
+
+
+def _put_int_check(call, axis):
+    """Integer put_along_axis_grad with reduce mul divides by arr where something lands and by
+    every value: a zero there is a ValueError (Paddle's kernel dies of SIGFPE). After the shape
+    and range checks."""
+    import numpy as np
+    arr = call.meta("arr")
+    if arr.dtype.kind != "int" or _PUT_REDUCE.get(call.attrs["reduce"]) != "mul" or not call.has_data:
+        return
+    values = host(call, "values")
+    if (values == 0).any():
+        pos = [int(i) for i in np.argwhere(values == 0)[0]]
+        raise OpError(f"{call.op}: input 'values' holds 0 at {pos}; integer reduce 'mul' divides by "
+                      f"the values (Paddle's kernel dies of SIGFPE)")
+    a, idx = host(call, "arr"), host(call, "indices")
+    if call.attrs["include_self"] and idx.size and a.size:
+        m = arr.shape[axis]
+        grid = np.indices(idx.shape)
+        grid[axis] = np.where(idx < 0, idx + m, idx)
+        hit = a[tuple(grid)] == 0
+        if hit.any():
+            pos = [int(v[tuple(np.argwhere(hit)[0])]) for v in grid]
+            raise OpError(f"{call.op}: input 'arr' holds 0 at {pos}, where a value lands; integer "
+                          f"reduce 'mul' divides by it (Paddle's kernel dies of SIGFPE)")
 
 
 _PUT_REDUCE = {"assign": "assign", "add": "add", "mean": "mean", "mul": "mul", "multiply": "mul",
@@ -718,13 +831,15 @@ def _put_view(call, metas, outs):
                       f"{', '.join(_PUT_REDUCE)}")
     m = arr.shape[axis]
     check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
+    _put_int_check(call, axis)
     views, variant = along_view(("indices", "values", "values_grad"),
                                 ("arr", "out", "out_grad", "arr_grad"), arr.shape, idx.shape, axis)
     return views, variant + (_PUT_REDUCE[call.attrs["reduce"]], bool(call.attrs["include_self"]))
 
 
 @index_op(view=_put_view, code_attrs=(), out_dtype=("values_grad",),
-          float_inputs=("arr", "values", "out", "out_grad"))
+          float_inputs=("arr", "values", "out", "out_grad"),
+          dtypes=FLOATS + ("uint8", "int16", "int32", "int64"))
 def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, include_self):
     """out = arr with values put at indices along axis (reduce: assign/add/mean/mul/amin/amax,
     include_self). With d = the slot element p lands on and hits/eq per slot (how many land
@@ -737,7 +852,10 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
         values[p]); amin/amax: 0 if values[p] != out[d], else out_grad[d]/(eq[d]+1) when
         out[d] == arr[d], out_grad[d]/eq[d] otherwise.
     -M <= index < M (negative counts from the end, as the forward; Paddle 3.3.1's grad kernel
-    does not wrap and reads out of bounds)."""
+    does not wrap and reads out of bounds). Integer dtypes: the same formulas with C++'s
+    truncating divisions, in Paddle's order (g·out/arr, g·(out/values)); a zero divisor of mul
+    (a 0 in arr where something lands, or in values) is a ValueError (Paddle dies of SIGFPE; a
+    kernel planned without data gives 0 there)."""
     dt = dtype_of(out_grad)
     variant = build_options()["variant"]
     red, incl = variant[-2], variant[-1]
@@ -783,11 +901,15 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
                                            (list(arr.shape), "int64")],
                             [indices, values, out], gen)
 
-    zero = tirx.const(0, dt.compute)
-    one = tirx.const(1, dt.compute)
+    # the arithmetic runs in the compute dtype; int8/uint8/int16 in int32 (C++'s integer
+    # promotion: g·out/arr does not wrap before the division, as in Paddle)
+    cdt = "int32" if dt.kind == "int" and dt.numpy.itemsize < 4 else dt.compute
+    zero = tirx.const(0, cdt)
+    one = tirx.const(1, cdt)
 
     def ld(t, idx):
-        return tc(t[idx], dt)
+        v = tc(t[idx], dt)
+        return v if cdt == dt.compute else v.astype(cdt)
 
     def arr_body(*c):
         g, h = ld(out_grad, c), hits[c]
@@ -797,12 +919,12 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
         elif red == "add":
             v = g
         elif red == "mean":
-            v = tirx.Select(hit, g / (h.astype(dt.compute) + one), g)
+            v = tirx.Select(hit, div(g, h.astype(cdt) + one), g)
         elif red == "mul":
-            v = tirx.Select(hit, g * ld(out, c) / ld(arr, c), g)
+            v = tirx.Select(hit, div(g * ld(out, c), safe_divisor(ld(arr, c))), g)
         else:
             v = tirx.Select(hit, tirx.Select(ld(out, c) != ld(arr, c), zero,
-                                             g / (eq[c].astype(dt.compute) + one)), g)
+                                             div(g, eq[c].astype(cdt) + one)), g)
         return v.astype(dt.storage)
 
     def val_body(*c):
@@ -813,14 +935,16 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
         elif red == "add":
             v = g
         elif red == "mean":
-            v = g / (hits[d] + tirx.const(1 if incl else 0, "int32")).astype(dt.compute)
+            v = div(g, (hits[d] + tirx.const(1 if incl else 0, "int32")).astype(cdt))
         elif red == "mul":
-            v = g * (ld(out, d) / ld(values, c))
+            v = g * div(ld(out, d), safe_divisor(ld(values, c)))
         else:
             o = ld(out, d)
-            e = eq[d].astype(dt.compute)
+            e = eq[d].astype(cdt)
+            # (a Select evaluates both sides: e is 0 where the value did not win, never used)
             v = tirx.Select(o == ld(values, c),
-                            tirx.Select(o == ld(arr, d), g / (e + one), g / e), zero)
+                            tirx.Select(o == ld(arr, d), div(g, e + one), div(g, tirx.max(e, one))),
+                            zero)
         return v.astype(dt.storage)
 
     return (te.compute(arr.shape, arr_body, name="arr_grad"),
@@ -835,9 +959,11 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
     ``feats`` (a list of extents, possibly empty); out has ``dest_shape`` = the lead dims +
     feats and is 0 where nothing lands. Deterministic: one thread per feature column walks b
     serially (repeated rows add up in b order); atomic (build option): one CUDA thread per
-    (b, f)."""
+    (b, f). Complex data (``pair()``): the last feature dim is the (re, im) pair; every feature
+    column is a parallel unit, without a vector strip (a strip must be the innermost index)."""
     det = build_options()["deterministic"]
     feats = list(feats)
+    acc = acc_dtype(dt)
 
     def gen(ins, outs, body):
         L, out, put = scatter_body(ins, outs, body)
@@ -845,12 +971,15 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
 
         def store(b, f, use_atomic):
             d = tuple(T.Bind(i64(x)) for x in lead(L, b)) + tuple(f)
-            put(d, T.Bind(value(L, b, tuple(f))), use_atomic)
+            put(d, T.Bind(to_acc(value(L, b, tuple(f)), dt)), use_atomic)
 
         if det:
-            if feats:
+            if feats and not pair():
                 two_forms(body, f"{name}_cols", lambda P, S, C: store(S[0], P + [C], False),
                           par=feats[:-1], ser=[n], vec=feats[-1], reads=list(ins), writes=[out])
+            elif feats:
+                body.block(f"{name}_cols", lambda P, S, C: store(S[0], P, False),
+                           par=feats, ser=[n], reads=list(ins), writes=[out])
             else:
                 body.block(f"{name}_cols", lambda P, S, C: store(S[0], [], False),
                            par=[1], ser=[n], reads=list(ins), writes=[out])
@@ -861,7 +990,7 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
             body.block(f"{name}_serial", lambda P, S, C: store(S[0], S[1:], False),
                        ser=[n] + feats, reads=list(ins), writes=[out], when=cuda == 0)
 
-    (res,) = extern(f"{name}_scatter", [(list(dest_shape), dt.compute)], list(inputs), gen)
+    (res,) = extern(f"{name}_scatter", [(list(dest_shape), acc)], list(inputs), gen)
     return cast_to(res, dt, name)
 
 
@@ -916,14 +1045,15 @@ def _nd_lead(index, dims):
     return lambda L, b: [wrap(L[1][b, i64(j)], dims[j]) for j in range(k)]
 
 
-@index_op(view=_gather_nd_view, atomic=True, float_inputs=("x", "out_grad"))
+@index_op(view=_gather_nd_view, atomic=True, float_inputs=("x", "out_grad"),
+          dtypes=CPLX + ("bool",) + INT_DTYPES)
 def gather_nd_grad(x, index, out_grad):
     """x_grad[index[b]] += out_grad[b] (index[b] addresses the leading index.shape[-1] dims of x;
     repeated addresses add up in b order; -d <= index < d, negative counts from the end)."""
     dt = dtype_of(out_grad)
-    dims = list(x.shape[:-1])
-    return scatter_rows(out_grad.shape[0], [x.shape[-1]], x.shape, dt, "x_grad",
-                        _nd_lead(index, dims), lambda L, b, f: tc(L[0][(b,) + f], dt),
+    k = len(x.shape) - (2 if pair() else 1)          # x seen as (lead dims..., rows[, pair])
+    return scatter_rows(out_grad.shape[0], list(x.shape[k:]), x.shape, dt, "x_grad",
+                        _nd_lead(index, list(x.shape[:k])), lambda L, b, f: tc(L[0][(b,) + f], dt),
                         [out_grad, index])
 
 
@@ -935,7 +1065,8 @@ def _scatter_nd_view(call, metas, outs):
              "updates_grad": (b, r)}, ())
 
 
-@index_op(view=_scatter_nd_view, alias={"x_grad": "out_grad"}, float_inputs=("updates", "out_grad"))
+@index_op(view=_scatter_nd_view, alias={"x_grad": "out_grad"}, float_inputs=("updates", "out_grad"),
+          dtypes=FLOATS + ("uint8", "int32", "int64"))
 def scatter_nd_add_grad(index, updates, out_grad):
     """out = x with updates added at index:  x_grad = out_grad (no kernel),
     updates_grad[b] = out_grad[index[b]] (-d <= index < d)."""
@@ -965,7 +1096,8 @@ def _scatter_view(call, metas, outs):
              "updates_grad": (n, r)}, ())
 
 
-@index_op(view=_scatter_view, code_attrs=(), float_inputs=("updates", "out_grad"))
+@index_op(view=_scatter_view, code_attrs=(), float_inputs=("updates", "out_grad"),
+          dtypes=FLOATS + ("int32", "int64"))
 def scatter_grad(index, updates, out_grad, overwrite):
     """x_grad = out_grad with the rows at index zeroed (in both modes: Paddle's forward zeroes
     them before adding when overwrite=False), updates_grad[i] = out_grad[index[i]] (every
@@ -987,16 +1119,64 @@ def _bcast_or_fail(op, shapes, names):
         raise OpError(f"{op}: {exc}") from None
 
 
+class _MaskIndices(list):
+    """index_put_grad's indices after its bool masks were replaced by their nonzero() index
+    tensors; ``empty``: some mask held no True (Paddle then returns x_grad = out_grad and a zero
+    value_grad without looking at the other indices or value's shape)."""
+
+    empty = False
+
+
+def _index_put_rewrite(call):
+    """Paddle's DealWithBoolIndices on the host: every bool mask of rank r (>= 1) addressing x's
+    dims d..d+r-1 becomes the r int64 index tensors of its nonzero() (numpy's rule); int32/int64
+    indices stay. A mask may be smaller than the dims it addresses (as in Paddle); a True outside
+    x is out of range."""
+    import numpy as np
+    op, ind = call.op, call.tensors["indices"]
+    metas = call.meta("indices")
+    if not any(m.dtype.name == "bool" for m in metas):
+        return
+    if not call.has_data:
+        raise OpError(f"{op}: a bool mask index needs its values (its True count sets the kernel's "
+                      f"sizes); in a graph, convert it to integer indices with nonzero() first")
+    x = call.meta("x")
+    out, dim, empty = _MaskIndices(), 0, False
+    for i, (a, m) in enumerate(zip(ind, metas)):
+        if m.dtype.name != "bool":
+            out.append(a)
+            dim += 1
+            continue
+        a = np.asarray(a)
+        if a.ndim == 0:
+            raise OpError(f"{op}: input 'indices[{i}]' is a 0-d bool mask; a mask needs at least one "
+                          f"dim (as in Paddle)")
+        if dim + a.ndim > x.ndim:
+            raise OpError(f"{op}: input 'indices[{i}]' (a bool mask of shape {list(a.shape)}) and the "
+                          f"indices before it address {dim + a.ndim} dims of x, which has rank {x.ndim}")
+        nz = np.nonzero(a)
+        for j, (z, n) in enumerate(zip(nz, x.shape[dim:])):
+            if z.size and int(z.max()) >= n:
+                pos = [int(v[int(np.argmax(z >= n))]) for v in nz]
+                raise OpError(f"{op}: input 'indices[{i}]' (a bool mask of shape {list(a.shape)}) is "
+                              f"True at {pos}, outside x's dim {dim + j} of size {n}")
+        empty = empty or nz[0].size == 0
+        out += [z.astype(np.int64) for z in nz]
+        dim += a.ndim
+    out.empty = empty
+    call.tensors["indices"] = out
+
+
 def _index_put_view(call, metas, outs):
     op = call.op
     x, ind, val, g = call.meta("x"), call.meta("indices"), call.meta("value"), call.meta("out_grad")
-    for i, m in enumerate(ind):
-        if m.dtype.name == "bool":
-            raise TypeError(f"{op}: input 'indices[{i}]' is a bool mask; tvmgrad's index_put_grad "
-                            f"takes integer indices (convert the mask with nonzero())")
     k = len(ind)
     if k > x.ndim:
         raise OpError(f"{op}: {k} index tensors for x of rank {x.ndim}")
+    acc = bool(call.attrs["accumulate"])
+    if getattr(call.tensors["indices"], "empty", False):
+        # a bool mask without a True: nothing is indexed (Paddle returns before broadcasting)
+        return ({"value": val.shape, "value_grad": val.shape}, ("none",))
     ishape = _bcast_or_fail(op, [m.shape for m in ind], [f"indices[{i}]" for i in range(k)])
     q = len(ishape)
     pshape = tuple(ishape) + x.shape[k:]
@@ -1004,27 +1184,41 @@ def _index_put_view(call, metas, outs):
             v not in (1, p) for v, p in zip(_aligned(val.shape, len(pshape)), pshape)):
         raise OpError(f"{op}: value has shape {list(val.shape)}, which does not broadcast to the "
                       f"indexed shape {list(pshape)}")
-    import numpy as np
     for i in range(k):
-        check_range(op, f"indices[{i}]", np.asarray(call.tensors["indices"][i]), -x.shape[i],
+        check_range(op, f"indices[{i}]", host_item(call, "indices", i), -x.shape[i],
                     x.shape[i], f"for dim {i} of size {x.shape[i]} ")
+    if math.prod(pshape) == 0:
+        return ({"value": val.shape, "value_grad": val.shape}, ("none",))
     iv = [_aligned(m.shape, q) for m in ind]
     vv = _aligned(val.shape, len(pshape))
     imasks = tuple(tuple(a != b for a, b in zip(v, ishape)) for v in iv)
     vmask = tuple(a != b for a, b in zip(vv, pshape))
-    return ({"indices": iv, "value": vv, "value_grad": vv},
-            (k, imasks, vmask, bool(call.attrs["accumulate"])))
+    return ({"indices": iv, "value": vv, "value_grad": vv}, ("put", k, imasks, vmask, acc))
+
+
+def host_item(call, name, i):
+    """The numpy array of element ``i`` of Tensor[] input ``name`` (None without data)."""
+    import numpy as np
+    return np.asarray(call.tensors[name][i]) if call.has_data else None
 
 
 @index_op(view=_index_put_view, code_attrs=(), float_inputs=("x", "value", "out_grad"),
-          index_dtypes=("int32", "int64", "bool"))
+          index_dtypes=("int32", "int64", "bool"), rewrite=_index_put_rewrite,
+          dtypes=CPLX + ("bool",) + INT_DTYPES)
 def index_put_grad(x, indices, value, out_grad, accumulate):
     """out = x with value put at x[indices] (numpy advanced indexing: the index tensors broadcast
     together and address x's leading dims; accumulate: added):  x_grad = out_grad, zeroed at the
     addressed elements unless accumulate; value_grad = out_grad[indices] summed over the dims
-    value was broadcast along. -d <= index < d (negative counts from the end)."""
+    value was broadcast along. -d <= index < d (negative counts from the end). A bool mask of
+    rank r addresses r dims by its nonzero() indices (converted on the host, as Paddle does); a
+    mask without a True, or an empty index, addresses nothing (x_grad = out_grad, value_grad = 0)."""
     dt = dtype_of(out_grad)
-    k, imasks, vmask, acc = build_options()["variant"]
+    variant = build_options()["variant"]
+    if variant[0] == "none":
+        xg = te.compute(x.shape, lambda *i: out_grad[i], name="x_grad")
+        vg = te.compute(value.shape, lambda *i: tirx.const(0, dt.storage), name="value_grad")
+        return xg, vg
+    _, k, imasks, vmask, acc = variant
     q = len(imasks[0])
     idims = []
     for d in range(q):
@@ -1102,6 +1296,17 @@ def _reduce_inputs(op, call, red, out_shape):
         if call.meta("dst_count").shape != (out_shape[0],):
             raise OpError(f"{op}: dst_count has shape {list(call.meta('dst_count').shape)}, "
                           f"expected [{out_shape[0]}]")
+        counts, dst = host(call, "dst_count"), host(call, "dst_index")
+        if counts is not None:
+            # the forward's count of edges per destination node: exactly dst_index's histogram
+            import numpy as np
+            want = np.bincount(dst.reshape(-1).astype(np.int64), minlength=out_shape[0])
+            bad = np.flatnonzero(counts.astype(np.int64) != want[:out_shape[0]])
+            if bad.size:
+                d = int(bad[0])
+                raise OpError(f"{op}: input 'dst_count' holds {int(counts[d])} at [{d}], but "
+                              f"{int(want[d])} edges have dst_index {d} (dst_count is the forward's "
+                              f"count of edges per destination node)")
 
 
 def _feature_view(names_shapes, full):
@@ -1131,11 +1336,13 @@ def _send_u_recv_view(call, metas, outs):
     return views, (red,)
 
 
-@index_op(view=_send_u_recv_view, atomic=True, code_attrs=(), float_inputs=("x", "out", "out_grad"))
+@index_op(view=_send_u_recv_view, atomic=True, code_attrs=(), float_inputs=("x", "out", "out_grad"),
+          dtypes=FLOATS + ("int32", "int64"))
 def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_op):
     """out[d] = reduce_{e: dst[e]=d} x[src[e]]:  x_grad[src[e]] += out_grad[dst[e]] · w(e), with
     w = 1 (SUM), 1/dst_count[dst[e]] (MEAN), [x[src[e]] == out[dst[e]]] (MIN/MAX: every tied
-    edge gets the full grad, as Paddle). Edges add up in edge order."""
+    edge gets the full grad, as Paddle). Edges add up in edge order. Integer dtypes: MEAN's
+    division truncates per edge (as Paddle's)."""
     dt = dtype_of(out_grad)
     (red,) = build_options()["variant"]
     inputs = [out_grad, src_index, dst_index]
@@ -1148,7 +1355,7 @@ def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_o
         d = L[2][e]
         g = tc(L[0][(d,) + f], dt)
         if red == "MEAN":
-            return g / L[3][d].astype(dt.compute)
+            return div(g, L[3][d].astype(dt.compute))
         if red in ("MIN", "MAX"):
             hit = tc(L[3][(L[1][e],) + f], dt) == tc(L[4][(d,) + f], dt)
             return tirx.Select(hit, g, zeros_like(g))
@@ -1181,12 +1388,14 @@ def _send_ue_recv_view(call, metas, outs):
 
 
 @index_op(view=_send_ue_recv_view, atomic=True, code_attrs=(),
-          float_inputs=("x", "y", "out", "out_grad"))
+          float_inputs=("x", "y", "out", "out_grad"), dtypes=FLOATS + ("int32", "int64"))
 def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, message_op, reduce_op):
     """out[d] = reduce_{e: dst[e]=d} x[src[e]] ⊙ y[e] (⊙: ADD/MUL, features broadcast): with
     G(e) = out_grad[dst[e]] · w(e) (w as send_u_recv_grad; MIN/MAX compare x[src[e]] ⊙ y[e] with
     out[dst[e]]), x_grad[src[e]] += G(e)·(y[e] for MUL), y_grad[e] = G(e)·(x[src[e]] for MUL),
-    each summed over the feature dims it was broadcast along; edges add up in edge order."""
+    each summed over the feature dims it was broadcast along; edges add up in edge order. MEAN
+    divides each product by the count (out_grad·y / count: integer dtypes truncate there, as
+    Paddle's)."""
     dt = dtype_of(out_grad)
     mop, red, mx, my = build_options()["variant"]
     feats = list(out_grad.shape[1:])
@@ -1198,12 +1407,12 @@ def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, mess
         g = tc(out_grad[(d,) + f], dt)
         xv = tc(bload(x, (s,) + f, (False,) + mx), dt)
         yv = tc(bload(y, (e,) + f, (False,) + my), dt)
-        if red == "MEAN":
-            g = g / dst_count[d].astype(dt.compute)
         if red in ("MIN", "MAX"):
             g = tirx.Select(_message(mop, xv, yv) == tc(out[(d,) + f], dt), g, zero)
         if mop == "MUL":
             g = g * (yv if for_x else xv)
+        if red == "MEAN":
+            g = div(g, dst_count[d].astype(dt.compute))
         return g
 
     n_e = src_index.shape[0]
@@ -1232,7 +1441,8 @@ def _send_uv_view(call, metas, outs):
     return views, (mop,) + masks
 
 
-@index_op(view=_send_uv_view, atomic=True, code_attrs=(), float_inputs=("x", "y", "out_grad"))
+@index_op(view=_send_uv_view, atomic=True, code_attrs=(), float_inputs=("x", "y", "out_grad"),
+          dtypes=FLOATS + ("int32", "int64"))
 def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op):
     """out[e] = x[src[e]] ⊙ y[dst[e]] (⊙: ADD/MUL, features broadcast):
     x_grad[src[e]] += out_grad[e]·(y[dst[e]] for MUL), y_grad[dst[e]] += out_grad[e]·(x[src[e]]
@@ -1408,12 +1618,12 @@ def _masked_scalars(call, views):
 
 
 @index_op(view=_masked_view, float_inputs=("x", "out_grad"), index_dtypes=("bool",),
-          host_scalars=_masked_scalars)
+          host_scalars=_masked_scalars, dtypes=CPLX + ("bool",) + INT_DTYPES)
 def masked_select_grad(x, mask, out_grad):
     """out = x[mask] (x and mask broadcast together, row-major order):  the k-th selected
     element's grad is out_grad[k], the rest 0, summed over the dims x was broadcast along. The
     position k of every element is an exclusive scan of the (broadcast) mask, walked as one flat
-    row (blocked_scan)."""
+    row (blocked_scan). Complex: both parts of out_grad[k] move; bool: the sum is an OR."""
     dt = dtype_of(out_grad)
     xm, mm = build_options()["variant"]
     rank = len(xm)
@@ -1425,20 +1635,23 @@ def masked_select_grad(x, mask, out_grad):
     if any(mm):
         mask = te.compute(full, lambda *i: bload(mask, i, mm), name="mask_full")
     out_dtype = dt.storage if direct else dt.compute
+    lanes = [2] if pair() else []          # complex: the (re, im) pair of every element
     T = T_()
 
-    def flat(buf):
-        return proxy(T.decl_buffer((total,), buf.dtype, data=buf.data))
+    def flat(buf, tail=()):
+        return proxy(T.decl_buffer((total,) + tuple(tail), buf.dtype, data=buf.data))
 
     def element(L, col, i):
         return (tirx.Select(flat(L[0]._buffer)[i], i64(1), i64(0)),)
 
     def emit(L, O, col, i, s):
-        v = tirx.Select(flat(L[0]._buffer)[i], tc(L[1][s[0]], dt),
-                        tirx.const(0, dt.compute))
-        flat(O[0]._buffer)[i] = v.astype(dt.storage) if direct else v
+        for part in ([i64(0), i64(1)] if lanes else [None]):
+            at = (s[0],) if part is None else (s[0], part)
+            v = tirx.Select(flat(L[0]._buffer)[i], tc(L[1][at], dt), tirx.const(0, dt.compute))
+            dest = flat(O[0]._buffer, lanes)
+            dest[(i,) if part is None else (i, part)] = v.astype(dt.storage) if direct else v
 
-    (res,) = blocked_scan("masked", total, [], [mask, out_grad], [(full, out_dtype)], ("int64",),
+    (res,) = blocked_scan("masked", total, [], [mask, out_grad], [(full + lanes, out_dtype)], ("int64",),
                           (i64(0),), lambda a, b: (a[0] + b[0],), element, emit, exclusive=True)
     if direct:
         return res

@@ -22,17 +22,29 @@ Paddle 3.3.1 notes (the tests document each):
   sum their cotangents. Without overlap both agree.
 * fill_diagonal_tensor_grad: Paddle's kernel uses dim1/dim2 unnormalised (negative dims reach
   uninitialised strides); here they are normalised like every axis.
+
+Dtypes: every op takes the dtypes Paddle registers for it (CPU or GPU). Complex64/128 are stored
+as float32/64 with a trailing (re, im) dim of 2 (tvmgrad.dtypes): here every complex tensor of a
+kernel has that dim after the dims of its view (``pair()`` tells a builder), and both parts move
+(or sum) alike. Integers copy and sum in their own dtype (wrapping as Paddle's); bool sums are ORs
+(overlapping windows, as a count != 0); a float attribute of an integer kernel (pad3d's
+pad_value) is truncated to it, as Paddle's static_cast.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import threading
 
 import numpy as np
 
-from tvmgrad.families.shape import (alias_op, dt_of, is_one, load, reduce_to,  # noqa: F401
-                                    shape_op, total, zero)
+from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.families.base import Arg, Plan
+from tvmgrad.families.shape import (AliasOp, ShapeOp, dt_of, is_one, load, reduce_to,  # noqa: F401
+                                    total, zero)
+from tvmgrad.families.tensor import builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import MetaError
 from tvmgrad.infer_meta import shape as _im_shape  # noqa: F401  (see linear.py)
 from tvmgrad.infer_meta.shape import (check_pad3d, norm_axes, norm_axis, pad3d_out_shape,
@@ -56,6 +68,112 @@ def _run(call, fn, *args):
 
 
 # ------------------------------------------------------------------------------------------
+# dtypes: complex pairs, integers, bool (module docstring)
+
+CPLX = FLOATS + COMPLEX
+INTS = ("int8", "uint8", "int16", "int32", "int64")
+ALL = CPLX + ("bool",) + INTS            # every dtype tvmgrad's dtype layer has
+
+_BUILD = threading.local()
+
+
+def pair() -> bool:
+    """Is the kernel being built complex? Then every complex tensor has one more innermost dim of
+    2 (re, im) than its view."""
+    return bool(getattr(_BUILD, "pair", False))
+
+
+class _ShapeOp(ShapeOp):
+    """``@shape_op`` (tvmgrad.families.shape) whose complex placeholders carry the trailing (re, im)
+    dim of 2 that the runtime passes (as tensor.py's TensorOp does), and whose float runtime
+    attributes reach an integer kernel as integers (truncated, as Paddle's static_cast).
+    Everything else is ShapeOp's."""
+
+    def plan(self, call, outs) -> Plan:
+        plan = super().plan(call, outs)
+        plan.args = tuple(_integral_scalar(call.op, a) for a in plan.args)
+        return plan
+
+    def _build(self, spec, dt, metas, in_shapes, units, outs, f_runtime, i_runtime, attrs):
+        from tvm import te
+
+        def holder(name, shape, meta, mask):
+            dims = [1 if (mask and mask[d]) else te.var(f"{name}_d{d}", "int64")
+                    for d in range(len(shape))]
+            if meta.dtype.lanes == 2:
+                dims.append(tirx.IntImm("int64", 2))        # complex: the (re, im) pair
+            return te.placeholder(dims, meta.dtype.storage, name=name)
+
+        tensors = {}
+        for n, m in metas.items():
+            if isinstance(m, list):
+                masks = units.get(n, [None] * len(m))
+                tensors[n] = [holder(f"{n}{i}", s, x, k)
+                              for i, (s, x, k) in enumerate(zip(in_shapes[n], m, masks))]
+            else:
+                tensors[n] = holder(n, in_shapes[n], m, units.get(n, [None])[0])
+        scalars = {n: te.var(n, dt.compute) for n in f_runtime}
+        ints, flat_ints = {}, []
+        for n in i_runtime:
+            v = attrs[n]
+            if isinstance(v, (list, tuple)):
+                ints[n] = [te.var(f"{n}{i}", "int64") for i in range(len(v))]
+                flat_ints += ints[n]
+            else:
+                ints[n] = te.var(n, "int64")
+                flat_ints.append(ints[n])
+        previous = getattr(_BUILD, "pair", False)
+        _BUILD.pair = dt.lanes == 2
+        try:
+            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
+        finally:
+            _BUILD.pair = previous
+        skip = self._skip(spec)
+        params = []
+        for n in metas:
+            if n not in skip:
+                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
+        params += [scalars[n] for n in f_runtime] + flat_ints
+        params += output_params(spec, outs, result)
+        return self.prim_func(spec, params)
+
+
+def _integral_scalar(op, a: Arg) -> Arg:
+    """A float attribute value passed to an integer/bool scalar parameter, converted (truncated
+    toward 0, as C++'s static_cast; TVM refuses a Python float there)."""
+    if (a.kind != "scalar" or not isinstance(a.value, float)
+            or not a.dtype.startswith(("int", "uint", "bool"))):
+        return a
+    if not math.isfinite(a.value):
+        raise ValueError(f"{op}: attribute {a.name!r} = {a.value} has no {a.dtype} value")
+    return dataclasses.replace(a, value=bool(a.value) if a.dtype == "bool" else int(a.value))
+
+
+shape_op = _ShapeOp.decorator
+
+
+class _AliasOp(AliasOp, _ShapeOp):
+    """``@alias_op`` whose converting form (outputs of another dtype) is a ``_ShapeOp``."""
+
+
+alias_op = _AliasOp.decorator
+
+
+def _sum_dtype(dt) -> str:
+    """The dtype a sum of ``dt`` runs in: its compute dtype; int32 for bool (a count)."""
+    return "int32" if dt.name == "bool" else dt.compute
+
+
+def _from_sum(value, dt):
+    """A sum (``_sum_dtype``) in dt's storage dtype (bool: the count != 0)."""
+    if hasattr(value, "asobject"):          # a te.Tensor element
+        value = value.asobject()
+    if dt.name == "bool":
+        return value != tirx.const(0, str(value.ty))
+    return value if str(value.ty) == dt.storage else value.astype(dt.storage)
+
+
+# ------------------------------------------------------------------------------------------
 # zero-copy: squeeze / unsqueeze / flatten / view_shape / view_dtype
 
 def _copy(src, shape_like):
@@ -63,25 +181,25 @@ def _copy(src, shape_like):
     raise RuntimeError("a reshape never needs a kernel")
 
 
-@alias_op(source="out_grad", shape_only=("xshape",))
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
 def flatten_grad(xshape, out_grad):
     """x_grad = out_grad reshaped to x's shape (a view with alias=True, else a copy)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="out_grad", shape_only=("xshape",))
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
 def squeeze_grad(xshape, out_grad, axis):
     """x_grad = out_grad reshaped to x's shape (``axis`` is not needed)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="out_grad", shape_only=("xshape",))
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
 def unsqueeze_grad(xshape, out_grad, axis):
     """x_grad = out_grad reshaped to x's shape (``axis`` is not needed)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="x", infer_meta="SqueezeWithXShapeInferMeta",
+@alias_op(source="x", infer_meta="SqueezeWithXShapeInferMeta", dtypes=ALL,
           validate=lambda call, outs: _run(call, squeeze_shape, call.meta("x").shape,
                                            call.attrs["axis"]))
 def squeeze(x, axis):
@@ -90,7 +208,7 @@ def squeeze(x, axis):
     return _copy(x, None), _copy(x, None)
 
 
-@alias_op(source="x", infer_meta="UnsqueezeWithXShapeInferMeta")
+@alias_op(source="x", infer_meta="UnsqueezeWithXShapeInferMeta", dtypes=ALL)
 def unsqueeze(x, axis):
     """The forward ``unsqueeze`` (unsqueeze_double_grad invokes it): out = x with size-1 dims
     inserted at ``axis`` (one by one, each relative to the rank so far); xshape = x."""
@@ -107,14 +225,14 @@ def _view_shape_check(call, outs):
                          f"shape {list(inp.shape)}")
 
 
-@alias_op(source="out_grad", shape_only=("input",), validate=_view_shape_check)
+@alias_op(source="out_grad", shape_only=("input",), validate=_view_shape_check, dtypes=ALL)
 def view_shape_grad(input, out_grad, dims):
     """input_grad = out_grad viewed with input's shape (``dims`` is not needed)."""
     return _copy(out_grad, input)
 
 
 def _view_dtype_shape(shape, src_size, dst_size):
-    """Paddle's view_dtype: the last dim scales by the element-size ratio."""
+    """Paddle's view_dtype: the last dim scales by the element-size ratio (None: not viewable)."""
     if src_size == dst_size:
         return tuple(shape)
     if not shape:
@@ -125,55 +243,130 @@ def _view_dtype_shape(shape, src_size, dst_size):
     return tuple(shape[:-1]) + (last // dst_size,)
 
 
+# every dtype tvmgrad handles: Paddle registers view_dtype(_grad) for all of them
+VIEW_DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "bool", "int8",
+               "uint8", "int16", "int32", "int64")
+
+
 def _view_dtype_check(call, outs):
     inp, g = call.meta("input"), call.meta("out_grad")
-    if inp.dtype.name not in ("float32", "float64", "float16", "bfloat16"):
-        raise TypeError(f"{call.op}: input has dtype {inp.dtype.name}; view_dtype_grad supports "
-                        f"float32, float64, float16, bfloat16")
+    for name, m in (("input", inp), ("out_grad", g)):
+        if m.dtype.name not in VIEW_DTYPES:
+            raise TypeError(f"{call.op}: {name} has dtype {m.dtype.name}; view_dtype_grad supports "
+                            f"{', '.join(VIEW_DTYPES)}")
     expect = _view_dtype_shape(inp.shape, inp.dtype.numpy.itemsize, g.dtype.numpy.itemsize)
-    if expect is None or expect != g.shape:
+    if expect is None or expect != tuple(g.shape):
+        why = ("none (a 0-d tensor keeps its element size)" if not inp.shape and expect is None
+               else "none (its last dim does not divide)" if expect is None else list(expect))
         raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}; input of shape "
-                         f"{list(inp.shape)} viewed as {g.dtype.name} has shape "
-                         f"{list(expect) if expect else 'none (its last dim does not divide)'}")
+                         f"{list(inp.shape)} ({inp.dtype.name}) viewed as {g.dtype.name} has shape "
+                         f"{why}")
 
 
-_UINT = {2: "uint16", 4: "uint32", 8: "uint64"}
+_UINT = {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}
 
 
-@alias_op(source="out_grad", shape_only=("input",), validate=_view_dtype_check,
-          canon=lambda call, outs: {"dtype": None},
-          views=lambda call, outs: {n: (math.prod(call.meta(n).shape),)
-                                    for n in ("out_grad", "input")}
-          | {"input_grad": (math.prod(outs[0].shape),)})
+def _scalar_size(storage: str) -> int:
+    """Bytes of one stored scalar (a complex number is two of its real storage scalars)."""
+    return 1 if storage == "bool" else np.dtype(_np_name(storage)).itemsize
+
+
+class _ViewDtypeOp(AliasOp):
+    """view_dtype_grad: a view of out_grad when the dtypes match (no kernel), else a kernel that
+    reinterprets the bytes (see the builder). Every tensor is seen flat: (elements,), plus the
+    trailing (re, im) pair of a complex dtype."""
+
+    def plan(self, call, outs):
+        op = call.op
+        _view_dtype_check(call, outs)
+        inp, g = call.meta("input"), call.meta("out_grad")
+        out = outs[0]
+        if inp.dtype == g.dtype:
+            return Plan(key=("alias", op, g.dtype.name), symbol=f"{op}_{g.dtype.name}_alias",
+                        make=None, args=(), aliases={"input_grad": ("out_grad", tuple(out.shape))})
+        ni, ng = math.prod(out.shape), math.prod(g.shape)
+        key = ("view_dtype", op, g.dtype.name, out.dtype.name)
+        symbol = f"{op}_{g.dtype.name}_{out.dtype.name}"
+        if ni == 0:
+            return Plan(key=key + ("empty",), symbol=symbol + "_empty", make=None, args=())
+        args = (Arg("input", "out_grad", shape=(ng,)), Arg("output", "input_grad", shape=(ni,)))
+        return Plan(key=key, symbol=symbol, make=lambda: self._build_view(call.spec, g.dtype, out.dtype),
+                    args=args, pattern=self.pattern)
+
+    def _build_view(self, spec, gd, od):
+        def holder(name, dt):
+            shape = [te.var(f"{name}_n", "int64")] + ([2] if dt.lanes == 2 else [])
+            return te.placeholder(shape, dt.storage, name=name)
+
+        gt, like = holder("out_grad", gd), holder("input", od)
+        result = self.fn(input=like, out_grad=gt, dtype=None)
+        return self.prim_func(spec, [gt, result])
+
+
+def _flat_scalar(t, j):
+    """The j-th stored scalar of a flat placeholder (a complex one holds (re, im) pairs)."""
+    if len(t.shape) == 2:
+        return t[j // 2, j % 2]
+    return t[j]
+
+
+def _to_bits(v, storage):
+    size = _scalar_size(storage)
+    if storage == "bool":
+        return v.astype("uint8")
+    return v if storage == _UINT[size] else tirx.reinterpret(_UINT[size], v)
+
+
+def _from_bits(bits, storage):
+    if storage == "bool":
+        return bits != tirx.const(0, "uint8")        # a bool holds 0 or 1 (see the builder)
+    return bits if storage == _UINT[_scalar_size(storage)] else tirx.reinterpret(storage, bits)
+
+
 def view_dtype_grad(input, out_grad, dtype):
-    """input_grad = out_grad's bytes viewed as input's dtype (Paddle's ViewDtypeGradKernel): a
-    view when the dtypes match, else a bit-exact reinterpretation (little-endian; a wider element
-    joins the narrower ones after it, a narrower one takes its part of the wider one). As in
-    Paddle, the ``dtype`` attribute is not read: out_grad's own dtype is what was viewed."""
+    """input_grad = out_grad's bytes viewed as input's dtype (Paddle's ViewDtypeGradKernel, which
+    is ViewDtypeKernel(out_grad, input.dtype)): a view when the dtypes match, else a bit-exact
+    reinterpretation for every pair of dtypes (floats, complex, integers, bool; little-endian: a
+    wider scalar joins the narrower ones after it, a narrower one takes its part of the wider
+    one; input's last dim is out_grad's scaled by the size ratio). As in Paddle, the ``dtype``
+    attribute is not read: out_grad's own dtype is what was viewed. A bool input_grad holds
+    byte != 0 (a TVM bool is 0 or 1; Paddle would keep other byte values as they are)."""
     src, dst = str(out_grad.dtype), str(input.dtype)
-    ss, ds = np.dtype(_np_name(src)).itemsize, np.dtype(_np_name(dst)).itemsize
-    us, ud = _UINT[ss], _UINT[ds]
-    n = input.shape[0]
+    ss, ds = _scalar_size(src), _scalar_size(dst)
+    ud = _UINT[ds]
+    shape = list(input.shape)
+    pair = len(shape) == 2
+
+    def flat(i):
+        return i[0] * 2 + i[1] if pair else i[0]
+
     if ss == ds:
-        return te.compute((n,), lambda i: tirx.reinterpret(dst, tirx.reinterpret(us, out_grad[i])),
+        return te.compute(shape, lambda *i: _from_bits(_to_bits(_flat_scalar(out_grad, flat(i)), src), dst),
                           name="input_grad")
     if ds > ss:
         k = ds // ss
 
-        def wide(i):
+        def wide(*i):
+            j = flat(i)
             bits = tirx.const(0, ud)
             for t in range(k):
-                part = tirx.reinterpret(us, out_grad[i * k + t]).astype(ud)
+                part = _to_bits(_flat_scalar(out_grad, j * k + t), src).astype(ud)
                 bits = bits | (part << tirx.const(8 * ss * t, ud))
-            return tirx.reinterpret(dst, bits)
-        return te.compute((n,), wide, name="input_grad")
+            return _from_bits(bits, dst)
+        return te.compute(shape, wide, name="input_grad")
     k = ss // ds
+    us = _UINT[ss]
 
-    def narrow(i):
-        word = tirx.reinterpret(us, out_grad[i // k])
-        shift = (i % k).astype(us) * tirx.const(8 * ds, us)
-        return tirx.reinterpret(dst, (word >> shift).astype(ud))
-    return te.compute((n,), narrow, name="input_grad")
+    def narrow(*i):
+        j = flat(i)
+        word = _to_bits(_flat_scalar(out_grad, j // k), src)
+        shift = (j % k).astype(us) * tirx.const(8 * ds, us)
+        return _from_bits((word >> shift).astype(ud), dst)
+    return te.compute(shape, narrow, name="input_grad")
+
+
+view_dtype_grad = _ViewDtypeOp(view_dtype_grad, source="out_grad", shape_only=("input",),
+                               dtypes=VIEW_DTYPES)
 
 
 def _np_name(tvm_dtype: str) -> str:
@@ -215,14 +408,15 @@ def _flip_plan(name_in, name_out, unique):
 
 
 def _flip_body(x, flags, name):
-    return te.compute(x.shape, lambda *i: x(*[x.shape[d] - 1 - i[d] if flags[d] else i[d]
-                                              for d in range(len(i))]), name=name)
+    """x flipped along the dims ``flags`` marks (dims past the flags, a complex pair, stay)."""
+    return te.compute(x.shape, lambda *i: x(*[x.shape[d] - 1 - i[d] if d < len(flags) and flags[d]
+                                              else i[d] for d in range(len(i))]), name=name)
 
 
 _fv, _fc = _flip_plan("x", "out", True)
 
 
-@shape_op(infer_meta="FlipInferMeta", views=_fv, canon=_fc)
+@shape_op(infer_meta="FlipInferMeta", views=_fv, canon=_fc, dtypes=CPLX + ("bool", "int32", "int64"))
 def flip(x, axis):
     """The forward ``flip`` (flip_grad invokes it: the grad of a flip is the same flip):
     out[i] = x[i with i_d -> n_d - 1 - i_d for d in axis]."""
@@ -232,7 +426,8 @@ def flip(x, axis):
 _rv, _rc = _flip_plan("x", "out", False)
 
 
-@shape_op(infer_meta="ReverseInferMeta", views=_rv, canon=_rc)
+@shape_op(infer_meta="ReverseInferMeta", views=_rv, canon=_rc,
+          dtypes=FLOATS + ("bool", "uint8", "int32", "int64"))
 def reverse(x, axis):
     """The forward ``reverse`` (reverse_grad invokes it): flip along the set of ``axis`` (a
     repeated axis reverses once, as in Paddle; ``axis`` must not be empty)."""
@@ -281,7 +476,7 @@ def _roll_check(call, outs):
     _roll_parts(call)
 
 
-@shape_op(runtime=("shifts",), validate=_roll_check,
+@shape_op(runtime=("shifts",), validate=_roll_check, dtypes=CPLX + ("int32", "int64"),
           canon=lambda call, outs: {"shifts": _roll_parts(call)[2], "axis": _roll_parts(call)[1]},
           views=lambda call, outs: {n: _roll_parts(call)[0] for n in ("x", "out_grad", "x_grad")})
 def roll_grad(x, out_grad, shifts, axis):
@@ -299,7 +494,7 @@ def roll_grad(x, out_grad, shifts, axis):
                 point.append(tirx.Select(j >= out_grad.shape[d], j - out_grad.shape[d], j))
             else:
                 point.append(i[d])
-        return out_grad(*point)
+        return out_grad(*point, *i[len(flags):])             # (a complex pair)
     return te.compute(out_grad.shape, body, name="x_grad")
 
 
@@ -319,7 +514,8 @@ def _same_dtype_check(a, b):
     return check
 
 
-@shape_op(runtime=("offsets",), shape_only=("x",), validate=_same_dtype_check("x", "out_grad"))
+@shape_op(runtime=("offsets",), shape_only=("x",), validate=_same_dtype_check("x", "out_grad"),
+          dtypes=FLOATS + ("int32", "int64"))
 def crop_grad(x, out_grad, offsets):
     """x_grad[i] = out_grad[i - offsets] inside the cropped box, else 0."""
     def body(*i):
@@ -395,7 +591,7 @@ def _pad3d_grad_canon(call, outs):
 
 
 @shape_op(static=("pad_value",), runtime=("paddings",), validate=_pad3d_check,
-          pattern="shape_gather", canon=_pad3d_grad_canon,
+          pattern="shape_gather", canon=_pad3d_grad_canon, dtypes=CPLX + ("int32", "int64"),
           views=lambda call, outs: {"x": _pad_view(call.meta("x").shape, call.attrs["data_format"]),
                                     "x_grad": _pad_view(call.meta("x").shape, call.attrs["data_format"]),
                                     "out_grad": _pad_view(call.meta("out_grad").shape,
@@ -464,7 +660,7 @@ def _pad_stage(src, dims, mode, out_dtype):
     return body
 
 
-@shape_op(infer_meta="Pad3dInferMeta", runtime=("paddings",),
+@shape_op(infer_meta="Pad3dInferMeta", runtime=("paddings",), dtypes=CPLX + ("int32", "int64"),
           views=lambda call, outs: {"grad_x_grad": _pad_view(call.meta("grad_x_grad").shape,
                                                              call.attrs["data_format"]),
                                     "grad_out_grad": _pad_view(outs[0].shape,
@@ -472,7 +668,8 @@ def _pad_stage(src, dims, mode, out_dtype):
 def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format):
     """grad_out_grad = pad3d(grad_x_grad) (Paddle's pad3d kernel): out[o] = x[map(o)] per dim,
     map = o - a reflected (reflect), clamped (replicate) or wrapped (circular); constant mode
-    writes ``pad_value`` outside. Pads and pad_value are runtime scalars: a kernel per mode."""
+    writes ``pad_value`` outside (complex: pad_value + 0i; integers: pad_value truncated, as
+    Paddle's static_cast). Pads and pad_value are runtime scalars: a kernel per mode."""
     x = grad_x_grad
     pairs = _pad_pairs(paddings)
     shape = [x.shape[0]] + [x.shape[k + 1] + sum(pairs[k]) for k in range(3)] + list(x.shape[4:])
@@ -496,6 +693,8 @@ def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format):
             return x(*idx)
         inside = tirx.all(*[_inside(v, pairs[k][0], x.shape[k + 1]) for k, v in enumerate((d, h, w))])
         fill = pad_value.astype(str(x.dtype))
+        if pair():                                   # the imaginary part of the fill is 0
+            fill = tirx.Select(c[-1] == 0, fill, zero(x))
         return te.if_then_else(inside, x(*idx), fill)
     return te.compute(shape, body, name="grad_out_grad")
 
@@ -520,17 +719,17 @@ def _diag_check(call, outs):
                          f"x of shape {list(x.shape)} and offset {k}")
 
 
-@shape_op(runtime=("offset",), validate=_diag_check,
+@shape_op(runtime=("offset",), validate=_diag_check, dtypes=CPLX + ("int32", "int64"),
           canon=lambda call, outs: {"offset": (max(-int(call.attrs["offset"]), 0),
                                                max(int(call.attrs["offset"]), 0))})
 def diag_grad(x, out_grad, offset):
     """x 1-D: x_grad[i] = out_grad[i + r0, i + c0] (the offset-th diagonal; r0 = max(-offset, 0),
     c0 = max(offset, 0)). x 2-D: x_grad[i, j] = out_grad[i - r0] where j - i = offset, else 0."""
     r0, c0 = offset
-    if len(x.shape) == 1:
-        return te.compute(x.shape, lambda i: out_grad[i + r0, i + c0], name="x_grad")
-    return te.compute(x.shape, lambda i, j: te.if_then_else(j - i == c0 - r0, out_grad[i - r0],
-                                                           zero(out_grad)), name="x_grad")
+    if len(x.shape) - pair() == 1:
+        return te.compute(x.shape, lambda i, *p: out_grad[(i + r0, i + c0) + p], name="x_grad")
+    return te.compute(x.shape, lambda i, j, *p: te.if_then_else(
+        j - i == c0 - r0, out_grad[(i - r0,) + p], zero(out_grad)), name="x_grad")
 
 
 def _diagonal_parts(call):
@@ -555,7 +754,7 @@ def _diagonal_check(call, outs):
         raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
 
 
-@shape_op(runtime=("offset",), validate=_diagonal_check,
+@shape_op(runtime=("offset",), validate=_diagonal_check, dtypes=ALL,
           canon=lambda call, outs: {"axis1": _diagonal_parts(call)[1],
                                     "axis2": _diagonal_parts(call)[2],
                                     "offset": (max(-int(call.attrs["offset"]), 0),
@@ -564,11 +763,12 @@ def diagonal_grad(x, out_grad, offset, axis1, axis2):
     """x_grad[idx] = out_grad[idx without axis1/axis2, idx[axis1] - r0] where idx[axis2] -
     idx[axis1] = offset (r0 = max(-offset, 0)), else 0."""
     r0, c0 = offset
+    rank = len(x.shape) - pair()
 
     def body(*i):
-        rest = [i[d] for d in range(len(i)) if d not in (axis1, axis2)]
-        return te.if_then_else(i[axis2] - i[axis1] == c0 - r0, out_grad(*rest, i[axis1] - r0),
-                               zero(out_grad))
+        rest = [i[d] for d in range(rank) if d not in (axis1, axis2)]
+        return te.if_then_else(i[axis2] - i[axis1] == c0 - r0,
+                               out_grad(*rest, i[axis1] - r0, *i[rank:]), zero(out_grad))
     return te.compute(x.shape, body, name="x_grad")
 
 
@@ -594,7 +794,7 @@ def _flat_views(*names):
 
 
 @shape_op(runtime=("offset",), static=("value",), canon=_fill_diagonal_canon,
-          views=_flat_views("out_grad", "x_grad"))
+          views=_flat_views("out_grad", "x_grad"), dtypes=FLOATS + ("bool", "int32", "int64"))
 def fill_diagonal_grad(out_grad, value, offset, wrap):
     """x_grad = out_grad with the filled positions zeroed: flat position q is filled when
     i = q - offset satisfies 0 <= i < wrapsize, i % stride == 0 and 0 <= i % d1 + offset < d1
@@ -616,7 +816,7 @@ def _fdt_canon(call, outs):
             "dim2": norm_axis(int(call.attrs["dim2"]), g.ndim, "dim2")}
 
 
-@shape_op(runtime=("offset",), canon=_fdt_canon)
+@shape_op(runtime=("offset",), canon=_fdt_canon, dtypes=ALL)
 def fill_diagonal_tensor_grad(out_grad, offset, dim1, dim2):
     """x_grad = out_grad with the (dim1, dim2, offset) diagonal zeroed: positions where
     idx[dim2] - idx[dim1] = offset (the ones fill_diagonal_tensor overwrote)."""
@@ -677,6 +877,7 @@ def _fold_parts(call):
 
 
 @shape_op(runtime=("strides", "paddings", "dilations"), validate=lambda call, outs: _fold_parts(call),
+          dtypes=CPLX,
           canon=lambda call, outs: {"output_sizes": None, "kernel_sizes": None,
                                     "strides": _fold_parts(call)[1],
                                     "paddings": _fold_parts(call)[2][:2],
@@ -692,11 +893,11 @@ def fold_grad(x, out_grad, output_sizes, kernel_sizes, strides, paddings, dilati
     dh, dw = dilations
     H, W = out_grad.shape[2], out_grad.shape[3]
 
-    def body(n, c, i, j, bi, bj):
+    def body(n, c, i, j, bi, bj, *p):
         h = bi * sh - pt + i * dh
         w = bj * sw - pl + j * dw
         inside = tirx.all(h >= 0, h < H, w >= 0, w < W)
-        return te.if_then_else(inside, out_grad[n, c, h, w], zero(out_grad))
+        return te.if_then_else(inside, out_grad[(n, c, h, w) + p], zero(out_grad))
     return te.compute(x.shape, body, name="x_grad")
 
 
@@ -750,23 +951,27 @@ def unfold_grad(x, out_grad, kernel_sizes, strides, paddings, dilations):
 
 def _overlap_add(g, t, hop, size, nf, pre_idx, frame_point):
     """Σ_r g[frame_point(f, i)] over the windows f that cover position t (window f covers
-    f·hop .. f·hop + size - 1): f = t // hop - r, i = t % hop + r·hop, r < ceil(size / hop)."""
+    f·hop .. f·hop + size - 1): f = t // hop - r, i = t % hop + r·hop, r < ceil(size / hop)
+    (in ``_sum_dtype``: bool counts)."""
     dt = dt_of(g)
+    acc = _sum_dtype(dt)
     count = tirx.floordiv(size + hop - 1, hop)
     r = te.reduce_axis((0, count), name="r")
     f = tirx.floordiv(t, hop) - r
     i = tirx.floormod(t, hop) + r * hop
     ok = tirx.all(f >= 0, f < nf, i < size)
-    return te.sum(te.if_then_else(ok, load(g, *frame_point(f, i)), tirx.const(0, dt.compute)),
-                  axis=r)
+    value = load(g, *frame_point(f, i))
+    value = value if acc == dt.compute else value.astype(acc)
+    return te.sum(te.if_then_else(ok, value, tirx.const(0, acc)), axis=r)
 
 
 def _cast_stage(shape, body, g, name):
+    """te.compute of a summing ``body`` (``_sum_dtype``), stored in g's dtype."""
     dt = dt_of(g)
-    if dt.storage == dt.compute:
+    if dt.storage == _sum_dtype(dt):
         return te.compute(shape, body, name=name)
     acc = te.compute(shape, body, name=f"{name}_acc")
-    return te.compute(shape, lambda *q: acc(*q).astype(dt.storage), name=name)
+    return te.compute(shape, lambda *q: _from_sum(acc(*q), dt), name=name)
 
 
 def _frame_parts(call):
@@ -798,7 +1003,9 @@ def _frame_parts(call):
 
 
 @shape_op(runtime=("frame_length", "hop_length"), shape_only=("x",), pattern="shape_gather",
-          validate=lambda call, outs: _frame_parts(call),
+          dtypes=CPLX + ("int32", "int64"),
+          validate=lambda call, outs: (_same_dtype_check("x", "out_grad")(call, outs),
+                                        _frame_parts(call)),
           canon=lambda call, outs: {"axis": _frame_parts(call)[1]},
           views=lambda call, outs: _frame_parts(call)[0])
 def frame_grad(x, out_grad, frame_length, hop_length, axis):
@@ -807,12 +1014,12 @@ def frame_grad(x, out_grad, frame_length, hop_length, axis):
     (seq, batch) <- (n_frames, length, batch) for axis 0."""
     if axis == -1:
         nf = out_grad.shape[2]
-        body = lambda b, t: _overlap_add(out_grad, t, hop_length, frame_length, nf, None,  # noqa
-                                         lambda f, i: (b, i, f))
+        body = lambda b, t, *p: _overlap_add(out_grad, t, hop_length, frame_length, nf, None,  # noqa
+                                             lambda f, i: (b, i, f, *p))
     else:
         nf = out_grad.shape[0]
-        body = lambda t, b: _overlap_add(out_grad, t, hop_length, frame_length, nf, None,  # noqa
-                                         lambda f, i: (f, i, b))
+        body = lambda t, b, *p: _overlap_add(out_grad, t, hop_length, frame_length, nf, None,  # noqa
+                                             lambda f, i: (f, i, b, *p))
     return _cast_stage(x.shape, body, out_grad, "x_grad")
 
 
@@ -838,16 +1045,17 @@ def _unfold_t_parts(call):
             "out_grad": (pre, nf, post, size)}
 
 
-@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="shape_gather",
-          validate=lambda call, outs: _unfold_t_parts(call),
+@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="shape_gather", dtypes=ALL,
+          validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
+                                        _unfold_t_parts(call)),
           canon=lambda call, outs: {"axis": None},
           views=lambda call, outs: _unfold_t_parts(call))
 def tensor_unfold_grad(input, out_grad, axis, size, step):
     """input_grad[p, t, q] = Σ out_grad[p, f, q, i] over the windows f and offsets i with
     f·step + i = t (the adjoint of tensor_unfold; overlapping windows sum, see the module doc)."""
     nf = out_grad.shape[1]
-    body = lambda p, t, q: _overlap_add(out_grad, t, step, size, nf, None,  # noqa: E731
-                                        lambda f, i: (p, f, q, i))
+    body = lambda p, t, q, *z: _overlap_add(out_grad, t, step, size, nf, None,  # noqa: E731
+                                            lambda f, i: (p, f, q, i, *z))
     return _cast_stage(input.shape, body, out_grad, "input_grad")
 
 
@@ -896,8 +1104,9 @@ def _as_strided_canon(call, outs):
 
 
 @shape_op(runtime=("offset", "stride"), shape_only=("input",), canon=_as_strided_canon,
-          pattern="shape_gather",
-          validate=lambda call, outs: _as_strided_parts(call),
+          pattern="shape_gather", dtypes=ALL,
+          validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
+                                        _as_strided_parts(call)),
           views=lambda call, outs: {"input": (math.prod(call.meta("input").shape),),
                                     "input_grad": (math.prod(call.meta("input").shape),)})
 def as_strided_grad(input, out_grad, dims, stride, offset):
@@ -906,16 +1115,17 @@ def as_strided_grad(input, out_grad, dims, stride, offset):
     greedy division (strides in decreasing order); with overlap the largest-stride dim is solved
     for and the other dims are summed over."""
     mode, order = dims
-    rank = len(out_grad.shape)
+    rank = len(out_grad.shape) - pair()          # (a complex pair follows, on both tensors)
     shape = out_grad.shape
     dt = dt_of(out_grad)
+    acc = _sum_dtype(dt)
     if mode == "empty":
-        return te.compute(input.shape, lambda p: zero(out_grad), name="input_grad")
+        return te.compute(input.shape, lambda p, *z: zero(out_grad), name="input_grad")
     if rank == 0:
-        return te.compute(input.shape, lambda p: te.if_then_else(p == offset, out_grad(),
-                                                                 zero(out_grad)), name="input_grad")
+        return te.compute(input.shape, lambda p, *z: te.if_then_else(p == offset, out_grad(*z),
+                                                                     zero(out_grad)), name="input_grad")
     if mode == "inject":
-        def body(p):
+        def body(p, *z):
             rem = p - offset
             ok = rem >= 0
             idx = [tirx.const(0, "int64")] * rank
@@ -925,23 +1135,25 @@ def as_strided_grad(input, out_grad, dims, stride, offset):
                 idx[d] = q
                 rem = rem - q * stride[d]
             ok = tirx.all(ok, rem == 0)
-            return te.if_then_else(ok, out_grad(*idx), zero(out_grad))
+            return te.if_then_else(ok, out_grad(*idx, *z), zero(out_grad))
         return te.compute(input.shape, body, name="input_grad")
     solved = order[0] if order else 0
     others = [d for d in range(rank) if d != solved]
     axes = {d: te.reduce_axis((0, shape[d]), name=f"r{d}") for d in others}
 
-    def body(p):
+    def body(p, *z):
         rem = p - offset - total(axes[d] * stride[d] for d in others)
         s = tirx.max(stride[solved], _i64(1))
         q = tirx.floordiv(rem, s)
         ok = tirx.all(rem >= 0, q < shape[solved],
                       tirx.floormod(rem, s) == 0 if order else rem == 0)
         idx = [q if d == solved else axes[d] for d in range(rank)]
-        value = te.if_then_else(ok, load(out_grad, *idx), tirx.const(0, dt.compute))
+        value = load(out_grad, *idx, *z)
+        value = value if acc == dt.compute else value.astype(acc)
+        value = te.if_then_else(ok, value, tirx.const(0, acc))
         return te.sum(value, axis=list(axes.values())) if axes else value
     if not axes:
-        return te.compute(input.shape, lambda p: body(p).astype(dt.storage), name="input_grad")
+        return te.compute(input.shape, lambda *p: _from_sum(body(*p), dt), name="input_grad")
     return _cast_stage(input.shape, body, out_grad, "input_grad")
 
 
@@ -1011,6 +1223,9 @@ def _temporal_parts(call):
     else:
         nt, h, w, c = g.shape
         view = (nt // seg, seg, h * w, c)
+    if not 0.0 <= a["shift_ratio"] <= 0.5:
+        raise ValueError(f"{call.op}: attribute 'shift_ratio' = {a['shift_ratio']} must be in [0, 0.5] "
+                         f"(Paddle's documented range: the two shifted parts of the channels)")
     ratio = np.float32(a["shift_ratio"])
     c1 = int(np.float32(c) * ratio)
     c2 = int(np.float32(c) * np.float32(2.0) * ratio)

@@ -7,11 +7,13 @@ identity against their forward in float64. Where Paddle is wrong the comparison 
 the comment says why.
 """
 
+import math
+
 import numpy as np
 import pytest
 
 import tvmgrad
-from harness import FLOATS, cast, check, from_paddle, rng, to_paddle
+from harness import FLOATS, c_ops, cast, check, from_paddle, rng, to_paddle
 from tvmgrad.infer_meta import TensorMeta
 
 
@@ -611,9 +613,70 @@ def test_index_put_bad_input():
                                          r"broadcast"):
         run("index_put_grad", {"x": x, "indices": [np.array([1, 2, 3])], "value": normal(2),
                                "out_grad": x}, {"accumulate": False})
-    with pytest.raises(TypeError, match=r"index_put_grad: input 'indices\[0\]' is a bool mask"):
-        run("index_put_grad", {"x": x, "indices": [np.array([True, False, True, False])],
-                               "value": normal(3), "out_grad": x}, {"accumulate": False})
+
+
+MASK = np.zeros((4, 3), bool)
+MASK[[1, 3, 0, 3], [2, 0, 1, 1]] = True
+INDEX_PUT_MASKS = {
+    # x (4, 3, 5) throughout; the value shapes broadcast to x[mask]'s (nnz, 5) etc.
+    "mask2d_rows": ([MASK], (4, 5)),
+    "mask2d_bvalue": ([MASK], (5,)),
+    "mask2d_scalar": ([MASK], (1,)),
+    "mask2d_col": ([MASK], (4, 1)),
+    "mask1d": ([np.array([True, False, True, True])], (3, 3, 5)),
+    "mask1d_bvalue": ([np.array([True, False, True, True])], (3, 1, 5)),
+    "mask3d": ([rng(3).random((4, 3, 5)) > 0.5], (1,)),
+    "mask_then_int": ([np.array([True, False, True, True]), np.array([0, 2, -1])], (3, 5)),
+    "int_then_mask": ([np.array([1, 2]), np.array([True, False, True])], (2, 5)),
+    "smaller_mask": ([np.array([[True, False], [False, True]])], (5,)),    # Paddle allows it
+    "all_false": ([np.zeros((4, 3), bool)], (5,)),
+    "all_false_odd_value": ([np.zeros((4, 3), bool)], (2, 7)),             # nothing is checked then
+}
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("case", sorted(INDEX_PUT_MASKS))
+def test_index_put_bool_masks(case, accumulate):
+    """Bool mask indices, converted to their nonzero() indices on the host as Paddle's
+    DealWithBoolIndices does (a mask of rank r addresses r dims; masks and int indices mix); a
+    mask without a True gives x_grad = out_grad and a zero value_grad, as in Paddle."""
+    ind, v = INDEX_PUT_MASKS[case]
+    check("index_put_grad", {"x": normal(4, 3, 5), "indices": ind, "value": normal(*v, seed=1),
+                             "out_grad": normal(4, 3, 5, seed=2)}, {"accumulate": accumulate})
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put_bool_mask_dtypes(accumulate, dtype):
+    for case in ("mask2d_rows", "mask1d_bvalue"):
+        ind, v = INDEX_PUT_MASKS[case]
+        check("index_put_grad", {"x": normal(4, 3, 5), "indices": ind, "value": normal(*v, seed=1),
+                                 "out_grad": normal(4, 3, 5, seed=2)}, {"accumulate": accumulate}, dtype)
+
+
+def test_index_put_bool_mask_errors():
+    x = normal(4, 3)
+    base = {"x": x, "value": normal(1), "out_grad": x}
+    with pytest.raises(ValueError, match=r"index_put_grad: input 'indices\[0\]' is a 0-d bool mask"):
+        run("index_put_grad", {**base, "indices": [np.array(True)]}, {"accumulate": False})
+    big = np.zeros((5, 3), bool)
+    big[4, 1] = True
+    with pytest.raises(ValueError, match=r"index_put_grad: input 'indices\[0\]' \(a bool mask of shape "
+                                         r"\[5, 3\]\) is True at \[4, 1\], outside x's dim 0 of size 4"):
+        run("index_put_grad", {**base, "indices": [big]}, {"accumulate": False})
+    run("index_put_grad", {**base, "indices": [big[:4]]}, {"accumulate": False})
+    with pytest.raises(ValueError, match=r"index_put_grad: input 'indices\[1\]' \(a bool mask of shape "
+                                         r"\[3, 2\]\) and the indices before it address 3 dims"):
+        run("index_put_grad", {**base, "indices": [np.array([0]), np.ones((3, 2), bool)]},
+            {"accumulate": False})
+    meta = {"x": TensorMeta((4, 3), "float32"), "indices": [TensorMeta((4,), "bool")],
+            "value": TensorMeta((1,), "float32"), "out_grad": TensorMeta((4, 3), "float32")}
+    from tvmgrad import registry
+    from tvmgrad.call import bind
+    entry = registry.get("index_put_grad")
+    call = bind(entry.spec, meta, {"accumulate": False}, metas_only=True)
+    with pytest.raises(ValueError, match=r"index_put_grad: a bool mask index needs its values"):
+        entry.impl.plan(call, registry.infer_outputs(entry, call))
 
 
 # ------------------------------------------------------------------------------------------
@@ -675,9 +738,33 @@ def test_send_u_recv_atomic_and_errors():
         run("send_u_recv_grad", dict(inputs, dst_index=DST + 3 - DST.min()), {"reduce_op": "SUM"})
     with pytest.raises(ValueError, match=r"send_u_recv_grad: attribute 'reduce_op' is 'PROD'"):
         run("send_u_recv_grad", inputs, {"reduce_op": "PROD"})
+    with pytest.raises(ValueError, match=r"send_u_recv_grad: dst_count has shape \[3\], expected \[4\]"):
+        run("send_u_recv_grad", dict(inputs, dst_count=inputs["dst_count"][:3]), {"reduce_op": "MEAN"})
     sum_only = dict(inputs, out=None, dst_count=None)
     np.testing.assert_allclose(run("send_u_recv_grad", sum_only, {"reduce_op": "SUM"})["x_grad"],
                                run("send_u_recv_grad", inputs, {"reduce_op": "SUM"})["x_grad"])
+
+
+@pytest.mark.parametrize("op", ["send_u_recv_grad", "send_ue_recv_grad"])
+def test_graph_dst_count_is_validated(op):
+    """dst_count is the forward's count of edges per destination node (the MEAN divisor): any
+    other value (negative, -1, 0 for a node with edges, huge, off by one) would change the
+    result silently in Paddle; it is a ValueError naming the input and the node."""
+    inputs = _u_recv_inputs("MEAN") if op == "send_u_recv_grad" else _ue_recv_inputs("MUL", "MEAN", (3,))
+    attrs = {"reduce_op": "MEAN"} if op == "send_u_recv_grad" else {"message_op": "MUL", "reduce_op": "MEAN"}
+    good = inputs["dst_count"]
+    run(op, inputs, attrs)
+    for node, value in ((1, -1), (0, -7), (1, 0), (3, 2 ** 31 - 1), (2, good[2] + 1)):
+        bad = good.copy()
+        bad[node] = value
+        with pytest.raises(ValueError, match=rf"{op}: input 'dst_count' holds {value} at \[{node}\], but "
+                                             rf"{good[node]} edges have dst_index {node}"):
+            run(op, dict(inputs, dst_count=bad), attrs)
+        with pytest.raises(ValueError, match=rf"{op}: input 'dst_count' holds {value}"):
+            run(op, dict(inputs, dst_count=bad), {**attrs, "reduce_op": "SUM"})
+    with pytest.raises(TypeError, match=rf"{op}: input 'dst_count' has dtype float64"):
+        run(op, dict(inputs, dst_count=good.astype(np.float64)), attrs)
+    run(op, dict(inputs, dst_count=good.astype(np.int64)), attrs)
 
 
 def _ue_recv_inputs(message, reduce, y_feats, seed=0):
@@ -779,3 +866,390 @@ def test_cuda_atomic_and_deterministic_variants():
     for op, det, plan in plans:
         for k in (s for n, s in stats.items() if n.startswith(plan.symbol + "_kernel")):
             assert not k.spills, f"{k.name} ({op}, deterministic={det}) spills: {k}"
+
+
+# ------------------------------------------------------------------------------------------
+# Complex, integer and bool data: every such dtype Paddle registers for the op (CPU or GPU; see
+# tests/test_paddle_dtypes.py). The references are Paddle's CPU kernel in that dtype where it has
+# one and numpy's same math (often both: they must agree); complex values have nonzero imaginary
+# parts (both parts move and sum alike), integer sums wrap as Paddle's and numpy's do, a sum of
+# bools is their OR (Paddle's ``bool +=``, numpy's add).
+
+CPLX = ("complex64", "complex128")
+INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
+
+
+def _paddle_cpu_dtypes(op):
+    import json
+    import pathlib
+    table = json.loads((pathlib.Path(tvmgrad.__file__).parent / "paddle_dtypes.json").read_text())
+    return set(table["ops"][op]["cpu"])
+
+
+def extra_dtypes(op):
+    """op's complex/integer/bool dtypes (those Paddle registers for it)."""
+    return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]
+
+
+def data(dtype, *shape, seed=0):
+    """Values of ``dtype``: complex with nonzero imaginary parts, integers in [-100, 100] (uint8:
+    [0, 100]; sums of them wrap in int8/uint8), bools half True."""
+    r = rng(seed)
+    if dtype in CPLX:
+        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
+    if dtype == "bool":
+        return r.random(shape) > 0.5
+    return r.integers(0 if dtype == "uint8" else -100, 101, shape).astype(dtype)
+
+
+def agree(name, got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    if got.dtype.kind == "c":
+        tol = 2e-6 if got.dtype == np.complex64 else 1e-14
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def xcheck(op, dtype, inputs, attrs=None, want=None, oracle=None, got=None):
+    """tvmgrad's outputs against numpy's ``want`` and Paddle's CPU kernel (``oracle``, default
+    ``_C_ops.<op>``) where Paddle's CPU has ``dtype``; at least one of them."""
+    got = tvmgrad.run(op, inputs, attrs) if got is None else got
+    refs = [("numpy", want)] if want is not None else []
+    if dtype in _paddle_cpu_dtypes(op) and oracle is not False:
+        refs.append(("paddle", (oracle or (lambda i, a: c_ops(op, i, a or {})))(inputs, attrs or {})))
+    assert refs, f"{op} [{dtype}]: no reference"
+    for who, ref in refs:
+        for k, w in ref.items():
+            agree(f"{op}.{k} [{dtype}] vs {who}", got[k], w)
+    return got
+
+
+def zeros(dtype, *shape):
+    return np.zeros(shape, dtype)
+
+
+def _gather_extra(op, dtype, shape, axis):
+    idx = np.array([1, 3, 1, 5, 0, 1]) if op == "index_select_grad" else np.array([1, 3, 1, -1, 5, 1])
+    g_shape = shape[:axis] + (len(idx),) + shape[axis + 1:]
+    g = data(dtype, *g_shape, seed=1)
+    want = zeros(dtype, *shape)
+    np.add.at(want, (slice(None),) * axis + (idx,), g)
+    return {"x": data(dtype, *shape), "index": idx, "out_grad": g}, {"axis": axis}, {"x_grad": want}
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 6, 2), 1), ((4, 6), 1), ((6, 3), 0)])
+@pytest.mark.parametrize("op,dtype", [(op, d) for op in ("gather_grad", "index_select_grad")
+                                      for d in extra_dtypes(op)])
+def test_gather_like_extra_dtypes(op, dtype, shape, axis):
+    inputs, attrs, want = _gather_extra(op, dtype, shape, axis)
+    xcheck(op, dtype, inputs, attrs, want)
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("gather_nd_grad"))
+@pytest.mark.parametrize("xs", [(4, 3, 2), (4, 3)])
+def test_gather_nd_extra_dtypes(dtype, xs):
+    idx = np.array([[1, 2], [3, 0], [1, 2], [-1, 1]])
+    g = data(dtype, *((4,) + xs[2:]), seed=1)
+    want = zeros(dtype, *xs)
+    np.add.at(want, (idx[:, 0], idx[:, 1]), g)
+    xcheck("gather_nd_grad", dtype, {"x": data(dtype, *xs), "index": idx, "out_grad": g}, {},
+           {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("index_sample_grad"))
+def test_index_sample_extra_dtypes(dtype):
+    idx = np.array([[0, 0, 4], [1, 2, 1], [3, 3, 3]])
+    g = data(dtype, 3, 3, seed=1)
+    want = zeros(dtype, 3, 5)
+    for b in range(3):
+        np.add.at(want[b], idx[b], g[b])
+    xcheck("index_sample_grad", dtype, {"x": data(dtype, 3, 5), "index": idx, "out_grad": g}, {},
+           {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("index_select_strided_grad"))
+def test_index_select_strided_extra_dtypes(dtype):
+    g = data(dtype, 3, 2, seed=1)
+    want = zeros(dtype, 3, 4, 2)
+    want[:, 2] = g
+    xcheck("index_select_strided_grad", dtype, {"x": data(dtype, 3, 4, 2), "out_grad": g},
+           {"index": 2, "axis": 1}, {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("multiplex_grad"))
+def test_multiplex_extra_dtypes(dtype):
+    """(Paddle differentiates complex multiplex; its integer tensors take no gradient: numpy.)"""
+    ins = [data(dtype, 5, 2, 3, seed=i) for i in range(3)]
+    idx = np.array([[2], [0], [2], [1], [0]], "int32")
+    g = data(dtype, 5, 2, 3, seed=5)
+    inputs = {"inputs": ins, "index": idx, "out_grad": g}
+    got = run_list_outputs("multiplex_grad", inputs)
+    want = {"inputs_grad": [np.where((idx[:, 0] == k)[:, None, None], g, zeros(dtype)) for k in range(3)]}
+    xcheck("multiplex_grad", dtype, inputs, None, want, got=got,
+           oracle=multiplex_oracle if dtype in CPLX else False)
+
+
+def _where_np(cond, xs, ys, g):
+    full = g.shape
+    c = np.broadcast_to(cond, full)
+    out = {}
+    for name, shape, part in (("x_grad", xs, np.where(c, g, zeros(g.dtype))),
+                              ("y_grad", ys, np.where(c, zeros(g.dtype), g))):
+        lead = len(full) - len(shape)
+        axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(shape) if n == 1 and full[lead + d] != 1)
+        out[name] = part.sum(axis=axes, dtype=g.dtype).reshape(shape) if axes else part
+    return out
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("where_grad"))
+@pytest.mark.parametrize("case", ["same", "x_row", "all"])
+def test_where_extra_dtypes(dtype, case):
+    """Paddle only without broadcasting (it reads past its buffers otherwise: test_where_broadcast)."""
+    cs, xs, ys = {"same": ((4, 5), (4, 5), (4, 5)), "x_row": ((3, 4), (4,), (3, 4)),
+                  "all": ((2, 1, 4), (3, 1), (1,))}[case]
+    cond = rng(7).random(cs) > 0.5
+    full = np.broadcast_shapes(cs, xs, ys)
+    g = data(dtype, *full, seed=3)
+    xcheck("where_grad", dtype, {"condition": cond, "x": data(dtype, *xs), "y": data(dtype, *ys, seed=1),
+                                 "out_grad": g}, {}, _where_np(cond, xs, ys, g),
+           oracle=None if case == "same" else False)
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("masked_select_grad"))
+@pytest.mark.parametrize("xs,ms", [((4, 5), (4, 5)), ((4,), (3, 4)), ((3, 4), (4,))])
+def test_masked_select_extra_dtypes(dtype, xs, ms):
+    mask = rng(4).random(ms) > 0.4
+    full = np.broadcast_shapes(xs, ms)
+    m = np.broadcast_to(mask, full)
+    g = data(dtype, int(m.sum()), seed=1)
+    whole = zeros(dtype, *full)
+    whole[m] = g
+    lead = len(full) - len(xs)
+    axes = tuple(range(lead)) + tuple(lead + d for d, n in enumerate(xs) if n == 1 and full[lead + d] != 1)
+    want = whole.sum(axis=axes, dtype=whole.dtype).reshape(xs) if axes else whole
+    xcheck("masked_select_grad", dtype, {"x": data(dtype, *xs), "mask": mask, "out_grad": g}, {},
+           {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("index_put_grad"))
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("case", ["pairs", "broadcast_value", "bool_mask"])
+def test_index_put_extra_dtypes(dtype, accumulate, case):
+    x = data(dtype, 4, 3)
+    g = data(dtype, 4, 3, seed=1)
+    if case == "bool_mask":
+        mask = np.array([True, False, True, True])
+        indices, rows, value = [mask], (np.nonzero(mask)[0],), data(dtype, 1, 3, seed=2)
+    elif case == "broadcast_value":
+        rows = (np.array([1, 3, 1]),)
+        indices, value = list(rows), data(dtype, 1, 3, seed=2)
+    else:
+        rows = (np.array([1, 3, 1]), np.array([0, 2, 0]))
+        indices, value = list(rows), data(dtype, 3, seed=2)
+    xg = g.copy()
+    if not accumulate:
+        xg[rows] = 0
+    picked = g[rows]
+    vg = picked.sum(axis=0, keepdims=True, dtype=g.dtype) if value.shape != picked.shape else picked
+    xcheck("index_put_grad", dtype, {"x": x, "indices": indices, "value": value, "out_grad": g},
+           {"accumulate": accumulate}, {"x_grad": xg, "value_grad": vg})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("index_add_grad"))
+def test_index_add_extra_dtypes(dtype):
+    idx = np.array([0, 2, 0, 4])
+    g = data(dtype, 3, 5, seed=1)
+    xcheck("index_add_grad", dtype, {"index": idx, "add_value": data(dtype, 3, 4), "out_grad": g},
+           {"axis": 1}, {"x_grad": g, "add_value_grad": g[:, idx]})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("scatter_grad"))
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_scatter_extra_dtypes(dtype, overwrite):
+    idx = np.array([1, 3, 1])
+    g = data(dtype, 4, 2, seed=1)
+    xg = g.copy()
+    xg[idx] = 0
+    xcheck("scatter_grad", dtype, {"index": idx, "updates": data(dtype, 3, 2), "out_grad": g},
+           {"overwrite": overwrite}, {"x_grad": xg, "updates_grad": g[idx]})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("scatter_nd_add_grad"))
+def test_scatter_nd_add_extra_dtypes(dtype):
+    idx = np.array([[1, 0], [3, 1], [1, 0]])
+    g = data(dtype, 4, 2, 3, seed=1)
+    xcheck("scatter_nd_add_grad", dtype, {"index": idx, "updates": data(dtype, 3, 3), "out_grad": g}, {},
+           {"x_grad": g, "updates_grad": g[idx[:, 0], idx[:, 1]]})
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("take_along_axis_grad"))
+@pytest.mark.parametrize("case", ["last", "mid"])
+def test_take_along_axis_extra_dtypes(dtype, case):
+    arr_shape, idx = {"last": ((3, 4), np.array([[0, 0], [3, 1], [2, 2]])),
+                      "mid": ((2, 5, 3), np.array([[[4, 0, 4]] * 6] * 2))}[case]
+    g = data(dtype, *idx.shape, seed=1)
+    want = zeros(dtype, *arr_shape)
+    grid = np.indices(idx.shape)
+    grid[1] = idx
+    np.add.at(want, tuple(grid), g)
+    xcheck("take_along_axis_grad", dtype, {"arr": data(dtype, *arr_shape), "indices": idx, "out_grad": g},
+           {"axis": 1}, {"arr_grad": want})
+
+
+def _put_int_inputs(dtype, reduce, include_self):
+    import paddle
+    arr = np.array([[5, 7, 9, 11], [2, -3, 4, 6]])
+    idx = np.array([[0, 0, 2], [3, 3, 1]])
+    vals = np.array([[3, 5, 9], [6, -2, 7]])
+    g = np.array([[10, -7, 13, 9], [5, -11, 3, 17]])
+    if dtype == "uint8":
+        arr, vals, g = np.abs(arr), np.abs(vals), np.abs(g) * 9      # g·out overflows uint8
+    arr, vals, g = (a.astype(dtype) for a in (arr, vals, g))
+    out = paddle._C_ops.put_along_axis(to_paddle(arr), to_paddle(idx), to_paddle(vals), 1, reduce,
+                                       include_self).numpy()
+    return {"arr": arr, "indices": idx, "values": vals, "out": out, "out_grad": g}
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("put_along_axis_grad"))
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("reduce", ["assign", "add", "mean", "mul", "amin", "amax"])
+def test_put_along_axis_extra_dtypes(dtype, reduce, include_self):
+    """Integer grads divide as C++ does (truncating, after the promotion to int of narrow
+    types: g·out/arr does not wrap in uint8), as Paddle's CPU kernels (the reference)."""
+    xcheck("put_along_axis_grad", dtype, _put_int_inputs(dtype, reduce, include_self),
+           {"axis": 1, "reduce": reduce, "include_self": include_self})
+
+
+def test_put_along_axis_integer_mul_zero_divisor_is_an_error():
+    """Integer reduce mul divides by arr (where something lands) and by the values: a zero there
+    kills Paddle's kernel with SIGFPE; here it is a ValueError naming the input and position (a
+    float zero gives inf/NaN, as Paddle's)."""
+    inputs = _put_int_inputs("int32", "mul", True)
+    arr = inputs["arr"].copy()
+    arr[1, 3] = 0
+    with pytest.raises(ValueError, match=r"put_along_axis_grad: input 'arr' holds 0 at \[1, 3\], where a "
+                                         r"value lands"):
+        tvmgrad.run("put_along_axis_grad", dict(inputs, arr=arr), {"axis": 1, "reduce": "mul", "include_self": True})
+    arr[1, 3], arr[1, 0] = 6, 0             # nothing lands on [1, 0]: fine
+    tvmgrad.run("put_along_axis_grad", dict(inputs, arr=arr), {"axis": 1, "reduce": "mul", "include_self": True})
+    vals = inputs["values"].copy()
+    vals[0, 1] = 0
+    for incl in (True, False):
+        with pytest.raises(ValueError, match=r"put_along_axis_grad: input 'values' holds 0 at \[0, 1\]"):
+            tvmgrad.run("put_along_axis_grad", dict(inputs, values=vals),
+                        {"axis": 1, "reduce": "mul", "include_self": incl})
+    tvmgrad.run("put_along_axis_grad", dict(inputs, values=vals), {"axis": 1, "reduce": "add", "include_self": True})
+
+
+def _int_graph(dtype):
+    x = np.array([[3, -4], [5, 6], [7, 8], [9, 10], [-2, 1]]).astype(dtype)
+    g = np.array([[7, -9], [11, 5], [-13, 8], [4, 4]]).astype(dtype)
+    return x, g
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("send_u_recv_grad"))
+@pytest.mark.parametrize("reduce", ["SUM", "MEAN", "MIN", "MAX"])
+def test_send_u_recv_extra_dtypes(dtype, reduce):
+    """MEAN divides each edge's grad by its count, truncating (as Paddle's integer kernel)."""
+    import paddle
+    x, g = _int_graph(dtype)
+    out = paddle._C_ops.send_u_recv(to_paddle(x), to_paddle(SRC), to_paddle(DST), reduce, [4]).numpy()
+    inputs = {"x": x, "src_index": SRC, "dst_index": DST, "out": out,
+              "dst_count": np.bincount(DST, minlength=4).astype("int32"), "out_grad": g}
+    xcheck("send_u_recv_grad", dtype, inputs, {"reduce_op": reduce}, oracle=_graph_oracle("send_u_recv_grad"))
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("send_ue_recv_grad"))
+@pytest.mark.parametrize("y_feats", [(2,), (1,)])
+@pytest.mark.parametrize("message", ["ADD", "MUL"])
+@pytest.mark.parametrize("reduce", ["SUM", "MEAN", "MIN", "MAX"])
+def test_send_ue_recv_extra_dtypes(dtype, reduce, message, y_feats):
+    """MEAN divides each message's product by the count (out_grad·y / count, truncating), as
+    Paddle's integer kernel."""
+    import paddle
+    x, g = _int_graph(dtype)
+    y = (np.arange(len(SRC) * math.prod(y_feats)).reshape(len(SRC), *y_feats) % 7 - 3).astype(dtype)
+    out = paddle._C_ops.send_ue_recv(to_paddle(x), to_paddle(y), to_paddle(SRC), to_paddle(DST),
+                                     message, reduce, [4]).numpy()
+    inputs = {"x": x, "y": y, "src_index": SRC, "dst_index": DST, "out": out,
+              "dst_count": np.bincount(DST, minlength=4).astype("int32"), "out_grad": g}
+    xcheck("send_ue_recv_grad", dtype, inputs, {"message_op": message, "reduce_op": reduce},
+           oracle=_graph_oracle("send_ue_recv_grad"))
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("send_uv_grad"))
+@pytest.mark.parametrize("message", ["ADD", "MUL"])
+def test_send_uv_extra_dtypes(dtype, message):
+    x, _ = _int_graph(dtype)
+    y = np.array([[2, 1], [3, 2], [-1, 5], [4, 4]]).astype(dtype)
+    g = (np.arange(2 * len(SRC)).reshape(len(SRC), 2) - 3).astype(dtype)
+    xcheck("send_uv_grad", dtype, {"x": x, "y": y, "src_index": SRC, "dst_index": DST, "out_grad": g},
+           {"message_op": message})
+
+
+def test_extra_dtypes_are_what_paddle_registers():
+    """The dtypes tested above are exactly the complex/integer/bool ones Paddle registers (CPU or
+    GPU), and none of them is tested here without a reference."""
+    import json
+    import pathlib
+    table = json.loads((pathlib.Path(tvmgrad.__file__).parent / "paddle_dtypes.json").read_text())["ops"]
+    for op in ("gather_grad", "index_select_grad", "gather_nd_grad", "index_sample_grad",
+               "index_select_strided_grad", "multiplex_grad", "where_grad", "masked_select_grad",
+               "index_put_grad", "index_add_grad", "scatter_grad", "scatter_nd_add_grad",
+               "take_along_axis_grad", "put_along_axis_grad", "send_u_recv_grad",
+               "send_ue_recv_grad", "send_uv_grad"):
+        registered = set(table[op]["cpu"]) | set(table[op]["gpu"] or [])
+        assert set(extra_dtypes(op)) == registered & set(CPLX + INTLIKE), op
+
+
+EXTRA_SLOW = ("complex128", "uint8", "int16", "int64")     # (the other dtypes' paths are the same)
+
+
+def cubin_check(calls):
+    """Lower ``calls`` [(op, inputs, attrs)] for CUDA, compile them with nvcc for sm_80 and sm_90:
+    every kernel is there, uses registers and does not spill."""
+    from tvmgrad import registry
+    from tvmgrad.build import compile_lowered, lower
+    from tvmgrad.call import bind
+    from tvmgrad.cuda import compile_cubin, device_source, nvcc_path
+    from tvmgrad.targets import resolve
+    if nvcc_path() is None:
+        pytest.fail("nvcc is needed for the CUDA build checks (the cuda marker deselects them)")
+    target = resolve({"kind": "cuda", "arch": "sm_80"})
+    funcs, symbols = {}, []
+    for op, inputs, attrs in calls:
+        entry = registry.get(op)
+        call = bind(entry.spec, inputs, attrs)
+        plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+        if plan.make is None:
+            continue
+        funcs.setdefault(plan.symbol, lower(plan, target)["main"])
+        symbols.append((op, plan.symbol))
+    assert symbols
+    source = device_source(compile_lowered(funcs, target))
+    for arch in ("sm_80", "sm_90"):
+        stats = compile_cubin(source, arch).kernels
+        for op, symbol in symbols:
+            kernels = [s for name, s in stats.items() if name.startswith(symbol + "_kernel")]
+            assert kernels, f"{op}: no kernel {symbol} on {arch}"
+            for k in kernels:
+                assert k.registers > 0 and not k.spills, f"{op} on {arch}: {k}"
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=[pytest.mark.slow] if d in EXTRA_SLOW else [])
+                                   for d in CPLX + INTLIKE])
+def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
+    """Every indexing op's kernel in each complex/integer/bool dtype it takes (its example call
+    in that dtype) compiles for CUDA."""
+    from samples import implemented_ops, sample
+    calls = []
+    for op in implemented_ops():
+        impl = tvmgrad.registry.get(op).implementation
+        if impl.family == "indexing" and dtype in impl.dtypes:
+            inputs, attrs = sample(op)
+            calls.append((op, {k: cast(v, dtype) for k, v in inputs.items()}, attrs))
+    cubin_check(calls)

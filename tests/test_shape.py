@@ -143,29 +143,100 @@ def test_reshape_errors():
         tvmgrad.run("unsqueeze_double_grad", {"grad_x_grad": _n(2, 3)}, {"axis": [4]})
     with pytest.raises(ValueError, match=r"(squeeze_double_grad|squeeze): attribute 'axis' = 3 is out of range"):
         tvmgrad.run("squeeze_double_grad", {"grad_x_grad": _n(2, 3)}, {"axis": [3]})
-    with pytest.raises(TypeError, match=r"flatten_grad: input 'out_grad' has dtype int64"):
+    with pytest.raises((TypeError, ValueError), match=r"flatten_grad: input '(out_grad' has dtype int64|xshape' "
+                                                      r"has dtype float64 but 'out_grad' has int64)"):
         tvmgrad.run("flatten_grad", {"xshape": _n(6), "out_grad": np.arange(6)})
 
 
 # ------------------------------------------------------------------------------------------
 # view_dtype_grad: bit reinterpretation
 
-VIEWS = [("float32", "float16", (2, 3)), ("float16", "float32", (2, 6)), ("float64", "float16", (3, 1)),
-         ("float16", "bfloat16", (4,)), ("float32", "float64", (2, 4)), ("bfloat16", "float64", (1, 8)),
-         ("float64", "float64", (2, 2))]
+VIEW_DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "bool", "int8",
+               "uint8", "int16", "int32", "int64")
+# (input dtype, viewed as): every dtype on both sides and every element-size ratio (1:16 .. 16:1)
+VIEWS = [("float32", "float16"), ("float16", "float32"), ("float64", "float16"), ("float16", "bfloat16"),
+         ("float32", "float64"), ("bfloat16", "float64"), ("float64", "float64"), ("float32", "int32"),
+         ("int32", "float32"), ("float32", "uint8"), ("uint8", "float32"), ("float32", "int8"),
+         ("float64", "int16"), ("int16", "float64"), ("int64", "float16"), ("float16", "int64"),
+         ("bfloat16", "int8"), ("complex64", "float32"), ("float32", "complex64"), ("complex128", "float64"),
+         ("complex64", "int64"), ("int8", "complex128"), ("complex128", "bool"), ("bool", "uint8"),
+         ("uint8", "bool"), ("bool", "float32"), ("float64", "bool"), ("int64", "int32"), ("int8", "uint8")]
 
 
-@pytest.mark.parametrize("src,dst,shape", VIEWS)
-def test_view_dtype_grad_reinterprets_bits(src, dst, shape):
-    """input (dtype ``src``) was viewed as ``dst``; its grad is out_grad's bytes viewed back."""
-    x = _n(*shape).astype(np_dtype(src))
-    g = (_n(*x.view(np_dtype(dst)).shape, seed=1) * 3).astype(np_dtype(dst))
+def _bytes_as(shape, dtype, seed=0):
+    """An array of ``dtype`` holding random bytes (0/1 bytes for bool, finite floats)."""
+    dt = np_dtype(dtype)
+    r = rng(seed)
+    if dtype == "bool":
+        return r.integers(0, 2, shape).astype(bool)
+    raw = r.integers(0, 256, math.prod(shape) * dt.itemsize, dtype=np.uint8).view(dt).reshape(shape)
+    if dt.kind in "fc" or dtype == "bfloat16":
+        raw = np.where(np.isfinite(raw.astype(np.complex128 if dt.kind == "c" else np.float64)), raw, 0).astype(dt)
+    return raw
+
+
+def _view_case(src, dst, shape=(2, 3, 16)):
+    """input of dtype ``src``; out_grad: what a view of it as ``dst`` has (its bytes random, 0/1
+    bytes where input_grad is bool, as a bool holds)."""
+    x = _bytes_as(shape, src)
+    gshape = x.view(np_dtype(dst)).shape
+    if src == "bool" and dst != "bool":
+        g = _bytes_as(x.shape, "bool", 1).view(np_dtype(dst))
+    else:
+        g = _bytes_as(gshape, dst, 1)
+    return x, g
+
+
+@pytest.mark.parametrize("src,dst", VIEWS)
+def test_view_dtype_grad_reinterprets_bits(src, dst):
+    """input (dtype ``src``) was viewed as ``dst``: its grad is out_grad's bytes viewed back, for
+    every pair of dtypes (Paddle registers view_dtype_grad for all; the last dim scales by the
+    element-size ratio); bit-exact against numpy's view and Paddle's kernel. Paddle 3.3.1 first
+    casts input to a complex out_grad's dtype (its data transform), so with a complex out_grad
+    and another input dtype it returns out_grad unchanged (a real input) or fails (int8,
+    complex128 -> complex64): the reference there is numpy's view alone."""
+    x, g = _view_case(src, dst)
     got = tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": g}, {"dtype": dst})["input_grad"]
     assert got.dtype == np_dtype(src) and got.shape == x.shape
-    np.testing.assert_array_equal(got.view(np.uint8), g.view(np.uint8))
-    if src in ("float32", "float64") and dst in ("float32", "float64", "float16"):
-        want = from_paddle(_c("view_dtype_grad")(to_paddle(x), to_paddle(g), dst))
-        np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert got.tobytes() == np.ascontiguousarray(g).tobytes()
+    if dst.startswith("complex") and src != dst:
+        return
+    want = _c("view_dtype_grad")(to_paddle(x), to_paddle(g), to_paddle(g).dtype)
+    want = want.view("uint16").numpy() if src == "bfloat16" else want.numpy()
+    assert want.shape == x.shape and want.tobytes() == got.tobytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src", VIEW_DTYPES)
+@pytest.mark.parametrize("dst", VIEW_DTYPES)
+def test_view_dtype_grad_every_pair(src, dst):
+    x, g = _view_case(src, dst)
+    got = tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": g}, {"dtype": dst})["input_grad"]
+    assert got.dtype == np_dtype(src) and got.tobytes() == np.ascontiguousarray(g).tobytes()
+
+
+def test_view_dtype_grad_bool_output_is_canonical():
+    """A bool input_grad holds byte != 0: a TVM bool is 0 or 1 (Paddle keeps other bytes as they
+    are, which numpy reads as True too)."""
+    x = np.zeros((2, 4), bool)
+    g = np.array([[0, 1, 2, 255], [7, 0, 0, 128]], np.uint8)
+    got = tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": g}, {"dtype": "uint8"})["input_grad"]
+    np.testing.assert_array_equal(got.view(np.uint8), (g != 0).astype(np.uint8))
+
+
+def test_view_dtype_grad_empty_and_0d():
+    for src, dst, shape in (("float32", "float16", (2, 0)), ("float16", "float32", (0, 4)),
+                            ("int32", "float32", (0,)), ("complex64", "int8", (3, 0))):
+        x = np.zeros(shape, np_dtype(src))
+        g = np.zeros(x.view(np_dtype(dst)).shape, np_dtype(dst))
+        got = tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": g}, {"dtype": dst})["input_grad"]
+        assert got.shape == shape and got.dtype == np_dtype(src)
+    x, g = np.float32(1.5), np.float32(1.5).view(np.int32)
+    got = tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": g}, {"dtype": "int32"})["input_grad"]
+    assert got.shape == () and got == np.float32(1.5)
+    with pytest.raises(ValueError, match=r"view_dtype_grad: out_grad has shape \[\]; input of shape \[\] "
+                                         r"\(float32\) viewed as float16 has shape none \(a 0-d tensor"):
+        tvmgrad.run("view_dtype_grad", {"input": x, "out_grad": np.float16(1)}, {"dtype": "float16"})
 
 
 def test_view_dtype_grad_same_dtype_aliases():
@@ -182,14 +253,16 @@ def test_view_dtype_grad_ignores_dtype_attribute_like_paddle():
 
 
 def test_view_dtype_grad_errors():
-    with pytest.raises(TypeError, match=r"view_dtype_grad: input has dtype int64"):
-        tvmgrad.run("view_dtype_grad", {"input": np.zeros((2, 3), np.int64), "out_grad": _n(2, 3)}, {"dtype": "float64"})
     with pytest.raises(ValueError, match=r"view_dtype_grad: out_grad has shape \[2, 5\]"):
         tvmgrad.run("view_dtype_grad", {"input": _n(2, 3).astype("float32"),
                                         "out_grad": _n(2, 5).astype("float16")}, {"dtype": "float16"})
     with pytest.raises(ValueError, match=r"view_dtype_grad: .*its last dim does not divide"):
         tvmgrad.run("view_dtype_grad", {"input": _n(2, 3).astype("float16"),
                                         "out_grad": _n(2, 1).astype("float32")}, {"dtype": "float32"})
+    with pytest.raises(ValueError, match=r"view_dtype_grad: out_grad has shape \[2, 3\]; input of shape "
+                                         r"\[2, 3\] \(int64\) viewed as float32 has shape \[2, 6\]"):
+        tvmgrad.run("view_dtype_grad", {"input": np.zeros((2, 3), np.int64),
+                                        "out_grad": _n(2, 3).astype("float32")}, {"dtype": "float32"})
 
 
 # ------------------------------------------------------------------------------------------
@@ -362,9 +435,10 @@ def test_pad3d_errors():
         tvmgrad.run("pad3d_grad", {"x": x, "out_grad": _n(1, 1, 4, 5, 6)}, {**base, "data_format": "NCHW"})
     with pytest.raises(ValueError, match=r"pad3d_double_grad: attribute 'paddings' = \[1, 1\] must have 6 elements"):
         tvmgrad.run("pad3d_double_grad", {"grad_x_grad": x}, {**base, "paddings": [1, 1]})
-    with pytest.raises(ValueError, match=r"pad3d_double_grad: x has rank 4"):
+    # (the InferMeta's x is the op's grad_x_grad: errors name the op's argument)
+    with pytest.raises(ValueError, match=r"pad3d_double_grad: (grad_x_grad|x) has rank 4"):
         tvmgrad.run("pad3d_double_grad", {"grad_x_grad": _n(1, 2, 3, 4)}, base)
-    with pytest.raises(ValueError, match=r"pad3d_double_grad: x has an empty depth, which circular mode cannot pad"):
+    with pytest.raises(ValueError, match=r"pad3d_double_grad: (grad_x_grad|x) has an empty depth, which circular mode cannot pad"):
         tvmgrad.run("pad3d_double_grad", {"grad_x_grad": np.zeros((1, 1, 0, 2, 2))},
                     {**base, "mode": "circular", "paddings": [0, 0, 0, 0, 1, 0]})
 
@@ -684,6 +758,23 @@ def test_as_strided_errors():
         tvmgrad.run("as_strided_grad", {"input": x, "out_grad": _n(2)}, {"dims": [2], "stride": [-1], "offset": 8})
 
 
+@pytest.mark.parametrize("op,inputs,attrs,shape_input", [
+    ("as_strided_grad", {"input": _n(6), "out_grad": _n(2)}, {"dims": [2], "stride": [1], "offset": 8}, "input"),
+    ("frame_grad", {"x": _n(10), "out_grad": _n(4, 3)}, {"frame_length": 4, "hop_length": 3, "axis": -1}, "x"),
+    ("tensor_unfold_grad", {"input": _n(5), "out_grad": _n(2, 2)}, {"axis": 0, "size": 2, "step": 2}, "input"),
+    ("crop_grad", {"x": _n(4, 5), "out_grad": _n(2, 3)}, {"offsets": [1, 2]}, "x"),
+])
+def test_shape_only_input_dtype_is_checked(op, inputs, attrs, shape_input):
+    """The grad has the dtype of the input whose shape it takes: a different out_grad dtype is a
+    TypeError naming both before any build (not TVM's argument check after it)."""
+    tvmgrad.run(op, inputs, attrs)
+    for changed in (shape_input, "out_grad"):
+        bad = {**inputs, changed: inputs[changed].astype(np.float32)}
+        with pytest.raises(TypeError, match=rf"{op}: input 'out_grad' has dtype float\d+ but '{shape_input}' "
+                                            rf"has float\d+; they must match"):
+            tvmgrad.prepare(op, bad, attrs)
+
+
 # ------------------------------------------------------------------------------------------
 # pixel_shuffle / pixel_unshuffle / temporal_shift
 
@@ -748,6 +839,246 @@ def test_temporal_shift_errors():
         tvmgrad.run("temporal_shift_grad", {"out_grad": _n(6, 2, 1, 1)}, {"seg_num": 4, "shift_ratio": 0.25, "data_format": "NCHW"})
     with pytest.raises(ValueError, match=r"temporal_shift_grad: out_grad has rank 3"):
         tvmgrad.run("temporal_shift_grad", {"out_grad": _n(6, 2, 1)}, {"seg_num": 2, "shift_ratio": 0.25, "data_format": "NCHW"})
+    for ratio in (0.7, -0.1):
+        with pytest.raises(ValueError, match=r"temporal_shift_grad: attribute 'shift_ratio' = .* must be in \[0, 0.5\]"):
+            tvmgrad.run("temporal_shift_grad", {"out_grad": _n(6, 2, 1, 1)},
+                        {"seg_num": 2, "shift_ratio": ratio, "data_format": "NCHW"})
+
+
+# ------------------------------------------------------------------------------------------
+# Complex, integer and bool data: every such dtype Paddle registers for the op (CPU or GPU; see
+# tests/test_paddle_dtypes.py). The references are Paddle's CPU kernel in that dtype where it has
+# one and numpy's same math (often both: they must agree); complex values have nonzero imaginary
+# parts, integer sums wrap as Paddle's and numpy's, a sum of bools is their OR.
+
+CPLX = ("complex64", "complex128")
+INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
+
+
+def _paddle_table():
+    import json
+    import pathlib
+    return json.loads((pathlib.Path(tvmgrad.__file__).parent / "paddle_dtypes.json").read_text())["ops"]
+
+
+def extra_dtypes(op):
+    """op's complex/integer/bool dtypes (those Paddle registers for it; of an invoke op, the
+    forward op's)."""
+    return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]
+
+
+def _d(dtype, *shape, seed=0):
+    """complex with nonzero imaginary parts, integers in [-100, 100] ([0, 100] for uint8), bools."""
+    r = rng(seed)
+    if dtype in CPLX:
+        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
+    if dtype == "bool":
+        return r.random(shape) > 0.5
+    return r.integers(0 if dtype == "uint8" else -100, 101, shape).astype(dtype)
+
+
+def _agree(name, got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    if got.dtype.kind == "c":
+        tol = 2e-6 if got.dtype == np.complex64 else 1e-14
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def _gathered(shape, dtype, index_map, g):
+    """The adjoint of y = x.flat[index_map] (index_map < 0: not from x): x_grad.flat[i] = Σ g
+    where index_map == i, in dtype (np.add.at: integers wrap, bools OR)."""
+    out = np.zeros(math.prod(shape), dtype)
+    keep = index_map >= 0
+    np.add.at(out, index_map[keep], np.asarray(g)[keep])
+    return out.reshape(shape)
+
+
+def _flat_index(shape):
+    return np.arange(math.prod(shape)).reshape(shape)
+
+
+def _pad3d_case(dtype, mode, fmt):
+    xs = (2, 3, 3, 4, 5) if fmt == "NCDHW" else (2, 3, 4, 5, 3)
+    pads = [1, 2, 2, 1, 1, 0]
+    imap = _np_pad(_flat_index(xs), pads, mode, fmt, value=-1)
+    g = _d(dtype, *imap.shape, seed=1)
+    attrs = {"paddings": pads, "mode": mode, "pad_value": 0.0, "data_format": fmt}
+    return {"x": _d(dtype, *xs), "out_grad": g}, attrs, {"x_grad": _gathered(xs, dtype, imap, g)}
+
+
+def _diag_case(dtype, xs, offset):
+    x = _d(dtype, *xs)
+    imap = np.diag(_flat_index(xs), offset) if len(xs) == 1 else np.diagonal(_flat_index(xs), offset)
+    if len(xs) == 1:
+        imap = np.where(np.diag(np.ones(xs, bool), offset), imap, -1)
+    g = _d(dtype, *imap.shape, seed=1)
+    return {"x": x, "out_grad": g}, {"offset": offset}, {"x_grad": _gathered(xs, dtype, imap, g)}
+
+
+def _diagonal_case(dtype, xs, offset, a1, a2):
+    imap = np.diagonal(_flat_index(xs), offset, a1, a2)
+    g = _d(dtype, *imap.shape, seed=1)
+    return ({"x": _d(dtype, *xs), "out_grad": g}, {"offset": offset, "axis1": a1, "axis2": a2},
+            {"x_grad": _gathered(xs, dtype, imap, g)})
+
+
+def _fill_diagonal_tensor_case(dtype, shape, offset, d1, d2):
+    g = _d(dtype, *shape)
+    idx = np.indices(shape)
+    want = np.where(idx[d2] - idx[d1] == offset, np.zeros((), dtype), g)
+    return {"out_grad": g}, {"offset": offset, "dim1": d1, "dim2": d2}, {"x_grad": want}
+
+
+def _as_strided_case(dtype, xs, dims, stride, off):
+    idx = off + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(dims))]) * st
+                    for d, (n, st) in enumerate(zip(dims, stride))) if dims else np.array(off)
+    imap = np.broadcast_to(idx, tuple(dims))
+    g = _d(dtype, *dims, seed=1)
+    attrs = {"dims": dims, "stride": stride, "offset": off * np.dtype(dtype).itemsize}
+    return {"input": _d(dtype, *xs), "out_grad": g}, attrs, {"input_grad": _gathered(xs, dtype, imap, g)}
+
+
+def _extra_cases():
+    """(op, id, make(dtype) -> (inputs, attrs, numpy want or None), paddle oracle or None)."""
+    conv = {"kernel_sizes": [3, 2], "strides": [2, 1], "paddings": [1, 0, 1, 0], "dilations": [1, 2]}
+    cases = [
+        ("flatten_grad", "", lambda dt: ({"xshape": _d(dt, 2, 3, 4), "out_grad": _d(dt, 2, 12, seed=1)}, {},
+                                         {"x_grad": _d(dt, 2, 12, seed=1).reshape(2, 3, 4)})),
+        ("squeeze_grad", "", lambda dt: ({"xshape": _d(dt, 2, 1, 3), "out_grad": _d(dt, 2, 3, seed=1)},
+                                         {"axis": [1]}, {"x_grad": _d(dt, 2, 3, seed=1).reshape(2, 1, 3)})),
+        ("unsqueeze_grad", "", lambda dt: ({"xshape": _d(dt, 2, 3), "out_grad": _d(dt, 2, 1, 3, seed=1)},
+                                           {"axis": [1]}, {"x_grad": _d(dt, 2, 3, seed=1)})),
+        ("view_shape_grad", "", lambda dt: ({"input": _d(dt, 2, 3, 4), "out_grad": _d(dt, 6, 4, seed=1)},
+                                            {"dims": [6, 4]}, {"input_grad": _d(dt, 6, 4, seed=1).reshape(2, 3, 4)})),
+        ("flip_grad", "", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [0, -1]},
+                                      {"x_grad": np.flip(_d(dt, 3, 4, 5), (0, 2))})),
+        ("flip_grad", "mid", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [1]},
+                                         {"x_grad": np.flip(_d(dt, 3, 4, 5), 1)})),
+        ("reverse_grad", "", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [1]},
+                                         {"x_grad": np.flip(_d(dt, 3, 4, 5), 1)})),
+        ("roll_grad", "", lambda dt: ({"x": _d(dt, 3, 4, 5), "out_grad": _d(dt, 3, 4, 5, seed=1)},
+                                      {"shifts": [1, -2], "axis": [0, 2]},
+                                      {"x_grad": np.roll(_d(dt, 3, 4, 5, seed=1), (-1, 2), (0, 2))})),
+        ("roll_grad", "flat", lambda dt: ({"x": _d(dt, 3, 4), "out_grad": _d(dt, 3, 4, seed=1)},
+                                          {"shifts": [5], "axis": []},
+                                          {"x_grad": np.roll(_d(dt, 3, 4, seed=1), -5)})),
+        ("crop_grad", "", lambda dt: ({"x": _d(dt, 4, 6), "out_grad": _d(dt, 2, 3, seed=1)}, {"offsets": [1, 2]},
+                                      {"x_grad": np.pad(_d(dt, 2, 3, seed=1), [(1, 1), (2, 1)])})),
+        ("diag_grad", "1d", lambda dt: _diag_case(dt, (4,), 1)),
+        ("diag_grad", "2d", lambda dt: _diag_case(dt, (3, 5), -1)),
+        ("diagonal_grad", "", lambda dt: _diagonal_case(dt, (3, 4, 5), 1, 0, 2)),
+        ("diagonal_grad", "neg", lambda dt: _diagonal_case(dt, (3, 4, 5), -1, -1, 1)),
+        ("fill_diagonal_grad", "", lambda dt: ({"out_grad": _d(dt, 5, 3)}, {"value": 2.0, "offset": 0, "wrap": True},
+                                               None)),
+        ("fill_diagonal_tensor_grad", "", lambda dt: _fill_diagonal_tensor_case(dt, (2, 3, 4), -1, 1, 2)),
+        ("fold_grad", "", lambda dt: ({"x": _d(dt, 1, 12, 6), "out_grad": _d(dt, 1, 2, 5, 4, seed=1)},
+                                      {**conv, "output_sizes": [5, 4]}, None)),
+        ("frame_grad", "last", lambda dt: ({"x": _d(dt, 2, 10), "out_grad": _d(dt, 2, 4, 3, seed=1)},
+                                           {"frame_length": 4, "hop_length": 3, "axis": -1}, None)),
+        ("frame_grad", "first", lambda dt: ({"x": _d(dt, 9, 2), "out_grad": _d(dt, 4, 3, 2, seed=1)},
+                                            {"frame_length": 3, "hop_length": 2, "axis": 0}, None)),
+        ("tensor_unfold_grad", "", lambda dt: ({"input": _d(dt, 3, 9), "out_grad": _d(dt, 3, 3, 3, seed=1)},
+                                               {"axis": 1, "size": 3, "step": 3},
+                                               {"input_grad": _d(dt, 3, 3, 3, seed=1).reshape(3, 9)})),
+        ("as_strided_grad", "", lambda dt: _as_strided_case(dt, (12,), [3, 2], [4, 1], 2)),
+        ("as_strided_grad", "2d", lambda dt: _as_strided_case(dt, (3, 4), [2, 2], [4, 2], 1)),
+    ]
+    cases += [("pad3d_grad", f"{m}-{f}", lambda dt, m=m, f=f: _pad3d_case(dt, m, f))
+              for m in ("constant", "reflect", "replicate", "circular") for f in ("NCDHW", "NDHWC")]
+    return cases
+
+
+def _extra_params():
+    return [pytest.param(op, make, dt, id=f"{op}-{name}-{dt}" if name else f"{op}-{dt}")
+            for op, name, make in _extra_cases() for dt in extra_dtypes(op)]
+
+
+@pytest.mark.parametrize("op,make,dtype", _extra_params())
+def test_extra_dtypes(op, make, dtype):
+    from harness import c_ops
+    inputs, attrs, want = make(dtype)
+    got = tvmgrad.run(op, inputs, attrs)
+    refs = [("numpy", want)] if want is not None else []
+    if dtype in _paddle_table()[op]["cpu"]:
+        refs.append(("paddle", c_ops(op, inputs, attrs)))
+    assert refs, f"{op} [{dtype}]: no reference"
+    for who, ref in refs:
+        for k, w in ref.items():
+            _agree(f"{op}.{k} [{dtype}] vs {who}", got[k], w)
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("squeeze_double_grad"))
+def test_squeeze_unsqueeze_double_grads_extra_dtypes(dtype):
+    x = _d(dtype, 2, 1, 3, 1)
+    for op, fwd, axis, shape in (("squeeze_double_grad", "squeeze", [1], (2, 3, 1)),
+                                 ("unsqueeze_double_grad", "unsqueeze", [0], (1, 2, 1, 3, 1))):
+        got = tvmgrad.run(op, {"grad_x_grad": x}, {"axis": axis})["grad_out_grad"]
+        _agree(f"{op} [{dtype}] vs numpy", got, x.reshape(shape))
+        _agree(f"{op} [{dtype}] vs paddle", got, from_paddle(_c(fwd)(to_paddle(x), axis)))
+
+
+@pytest.mark.parametrize("dtype", extra_dtypes("pad3d_double_grad"))
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+def test_pad3d_double_grad_extra_dtypes(dtype, mode, fmt):
+    """pad_value reaches a complex kernel as pad_value + 0i and an integer one truncated (Paddle's
+    static_cast<T>: 1.7 -> 1, -2.9 -> -2)."""
+    x = _d(dtype, 2, 3, 3, 4, 5)
+    pads = [1, 2, 2, 1, 1, 0]
+    for value in (1.7, -2.9):
+        attrs = {"paddings": pads, "mode": mode, "pad_value": value, "data_format": fmt}
+        got = tvmgrad.run("pad3d_double_grad", {"grad_x_grad": x}, attrs)["grad_out_grad"]
+        fill = complex(value) if dtype in CPLX else int(value)
+        _agree(f"pad3d_double_grad [{dtype}] vs numpy", got, _np_pad(x, pads, mode, fmt, value=fill))
+        want = from_paddle(_c("pad3d")(to_paddle(x), pads, mode, value, fmt))
+        _agree(f"pad3d_double_grad [{dtype}] vs paddle", got, want)
+
+
+@pytest.mark.parametrize("dtype", [d for d in extra_dtypes("as_strided_grad") if d in INTLIKE])
+def test_as_strided_and_tensor_unfold_overlap_sum_in_the_dtype(dtype):
+    """Overlapping windows sum their cotangents (module doc): integers wrap, bools OR."""
+    inputs, attrs, want = _as_strided_case(dtype, (10,), [4, 4], [2, 1], 0)
+    _agree("as_strided_grad", tvmgrad.run("as_strided_grad", inputs, attrs)["input_grad"], want["input_grad"])
+    g = _d(dtype, 3, 3, seed=2)
+    imap = _tensor_unfold_np(_flat_index((7,)), 0, 3, 2)
+    got = tvmgrad.run("tensor_unfold_grad", {"input": _d(dtype, 7), "out_grad": g},
+                      {"axis": 0, "size": 3, "step": 2})["input_grad"]
+    _agree("tensor_unfold_grad", got, _gathered((7,), dtype, imap, g))
+
+
+def test_shape_extra_dtypes_are_what_paddle_registers():
+    """Every op of te_defs/shape.py takes exactly the complex/integer/bool dtypes Paddle registers
+    for it (CPU or GPU), and each of them is tested above."""
+    table = _paddle_table()
+    tested = {op for op, _, _ in _extra_cases()} | {"squeeze_double_grad", "unsqueeze_double_grad",
+                                                     "pad3d_double_grad"}
+    for op, entry in table.items():
+        impl = tvmgrad.registry.get(op).implementation
+        if impl.family != "shape" or op == "view_dtype_grad":
+            continue
+        registered = (set(entry["cpu"]) | set(entry["gpu"] or [])) & set(CPLX + INTLIKE)
+        assert set(extra_dtypes(op)) == registered, op
+        assert not registered or op in tested, op
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=[pytest.mark.slow]
+                                                if d in ("complex128", "uint8", "int16", "int64") else [])
+                                   for d in CPLX + INTLIKE])
+def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
+    """Every kernel of the complex/integer/bool cases above compiles for CUDA (sm_80, sm_90)
+    without spills."""
+    from test_indexing import cubin_check
+    calls = [(op, *make(dtype)[:2]) for op, _, make in _extra_cases() if dtype in extra_dtypes(op)]
+    if dtype in extra_dtypes("pad3d_double_grad"):
+        calls += [("pad3d_double_grad", {"grad_x_grad": _d(dtype, 2, 3, 3, 4, 5)},
+                   {"paddings": [1, 2, 2, 1, 1, 0], "mode": m, "pad_value": 0.5, "data_format": "NDHWC"})
+                  for m in ("constant", "reflect", "replicate", "circular")]
+    cubin_check(calls)
 
 
 # ------------------------------------------------------------------------------------------
@@ -785,6 +1116,11 @@ def _variant_calls():
         ("view_dtype_grad", {"input": _n(2, 6).astype(f16), "out_grad": _n(2, 3).astype(f32)}, {"dtype": "float32"}),
         ("view_dtype_grad", {"input": _n(2, 4).astype(bf), "out_grad": _n(2, 1)}, {"dtype": "float64"}),
         ("view_dtype_grad", {"input": _n(4).astype(f16), "out_grad": _n(4).astype(bf)}, {"dtype": "bfloat16"}),
+        ("view_dtype_grad", {"input": _n(2, 3).astype(f32), "out_grad": np.zeros((2, 3), np.int32)}, {"dtype": "int32"}),
+        ("view_dtype_grad", {"input": np.zeros((2, 4), bool), "out_grad": np.zeros((2, 4), np.uint8)}, {"dtype": "uint8"}),
+        ("view_dtype_grad", {"input": _n(2, 3).astype(np.complex64), "out_grad": _n(2, 6).astype(f32)}, {"dtype": "float32"}),
+        ("view_dtype_grad", {"input": np.zeros((2, 16), np.int8), "out_grad": np.zeros((2, 1), np.complex128)},
+         {"dtype": "complex128"}),
         ("as_strided_grad", {"input": _n(12).astype(f16), "out_grad": _n(3, 2).astype(f16)},
          {"dims": [3, 2], "stride": [1, 4], "offset": 2}),
         ("as_strided_grad", {"input": _n(12).astype(bf), "out_grad": _n(0, 2).astype(bf)},

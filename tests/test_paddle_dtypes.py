@@ -1,0 +1,319 @@
+"""The Paddle dtype audit: tvmgrad/paddle_dtypes.json against the registry and the installed Paddle.
+
+tvmgrad/paddle_dtypes.json (written by scripts/paddle_dtypes.py) lists, for every backward op, the
+phi kernel that implements it in Paddle and the dtypes Paddle registers for that kernel on the CPU
+(the installed paddle) and the GPU (PD_REGISTER_KERNEL(<kernel>, GPU|GPUDNN, ...) in Paddle's
+source, commit per file in gpu_source). The goal is that tvmgrad accepts every float and complex
+dtype either backend registers; the gaps that remain are listed here exactly, so closing one
+(adding the dtype to the op's te_defs ``dtypes``) or opening one fails until the list is edited.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from tvmgrad import examples, registry
+from tvmgrad.call import bind
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TABLE_PATH = ROOT / "tvmgrad" / "paddle_dtypes.json"
+TABLE = json.loads(TABLE_PATH.read_text())
+
+FLOATLIKE = {"float16", "bfloat16", "float32", "float64", "complex64", "complex128"}
+INTLIKE = {"bool", "int8", "uint8", "int16", "int32", "int64"}
+
+# Registered by Paddle but unreachable through the kernel key, so not demanded: eig_grad's kernel is
+# selected by out_v's dtype (YAML ``data_type: out_v``), which is always complex; its float32/float64
+# registrations are never chosen (tvmgrad's eig_grad takes the complex out_w/out_v, as Paddle does).
+UNREACHABLE = {
+    "eig_grad": {"float32", "float64"},
+}
+
+# Float/complex dtypes Paddle registers (CPU and/or GPU) that tvmgrad rejects today, by the te_defs
+# module that implements the op (for invoke ops: the forward op's module). "CPU only" marks dtypes
+# the installed paddle registers on the CPU but the GPU source read does not (that source may be an
+# older version than 3.3.1: see gpu_source); the rest are registered on both.
+KNOWN_GAPS = {
+    # te_defs/activation.py
+    'sigmoid_double_grad': {'complex64', 'complex128'},  # CPU only
+    'sigmoid_triple_grad': {'complex64', 'complex128'},  # CPU only
+    'softplus_double_grad': {'complex64', 'complex128'},  # CPU only
+    'tanh_double_grad': {'complex64', 'complex128'},
+    'tanh_triple_grad': {'complex64', 'complex128'},
+    # te_defs/elementary.py
+    'abs_double_grad': {'complex64', 'complex128'},
+    'cos_double_grad': {'complex64', 'complex128'},
+    'cos_triple_grad': {'complex64', 'complex128'},
+    'log_double_grad': {'complex64', 'complex128'},  # CPU only
+    'pow_double_grad': {'complex64', 'complex128'},  # CPU only
+    'pow_triple_grad': {'complex64', 'complex128'},  # CPU only
+    'sin_double_grad': {'complex64', 'complex128'},
+    'sin_triple_grad': {'complex64', 'complex128'},
+    'square_double_grad': {'complex64', 'complex128'},  # CPU only
+    # te_defs/linear.py
+    'broadcast_tensors_grad': {'complex64', 'complex128'},
+    'concat_double_grad': {'complex64', 'complex128'},
+    'concat_grad': {'complex64', 'complex128'},
+    'expand_double_grad': {'complex64', 'complex128'},
+    'expand_grad': {'complex64', 'complex128'},
+    'meshgrid_grad': {'complex64', 'complex128'},  # CPU only
+    'partial_concat_grad': {'complex64', 'complex128'},
+    'stack_double_grad': {'complex64', 'complex128'},  # CPU only
+    'stack_grad': {'complex64', 'complex128'},  # CPU only
+    'unbind_grad': {'complex64', 'complex128'},  # CPU only
+    'unstack_grad': {'complex64', 'complex128'},
+    # te_defs/loss.py
+    'mean_all_grad': {'complex64', 'complex128'},
+    'reduce_as_grad': {'complex64', 'complex128'},
+    # te_defs/matmul.py
+    'cross_grad': {'complex64', 'complex128'},
+    'dot_grad': {'complex64', 'complex128'},
+    'kron_grad': {'complex64', 'complex128'},
+    'trace_grad': {'complex64', 'complex128'},
+    # te_defs/scan.py
+    'cumprod_grad': {'complex64', 'complex128'},
+    'cumsum_grad': {'complex64', 'complex128'},  # CPU only
+    # te_defs/signal.py
+    'overlap_add_grad': {'complex64', 'complex128'},
+}
+
+# Integer/bool dtypes Paddle registers that tvmgrad rejects: visible, kept exact, not demanded yet.
+# tvmgrad's dtype layer knows them (tvmgrad/dtypes.py: bool, int8..int64; INTS = int32/int64 are the
+# index dtypes), but only global_gather_grad/global_scatter_grad (int32, int64) and view_dtype_grad
+# (all of them) accept integer data tensors.
+KNOWN_INT_GAPS = {
+    # te_defs/binary.py
+    'copysign_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'fmax_grad': {'int32', 'int64'},
+    'fmin_grad': {'int32', 'int64'},
+    'heaviside_grad': {'int32', 'int64'},
+    # te_defs/complex_ops.py
+    'conj_grad': {'int32', 'int64'},
+    # te_defs/elementary.py
+    'abs_double_grad': {'int32', 'int64'},
+    'abs_grad': {'int32', 'int64'},
+    'ceil_grad': {'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only
+    'clip_double_grad': {'int32', 'int64'},
+    'clip_grad': {'int32', 'int64'},
+    'cos_double_grad': {'int32', 'int64'},
+    'cos_triple_grad': {'int32', 'int64'},
+    'exp_grad': {'int32', 'int64'},
+    'floor_grad': {'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only
+    'pow_double_grad': {'int32', 'int64'},
+    'pow_grad': {'int32', 'int64'},
+    'pow_triple_grad': {'int32', 'int64'},
+    'round_grad': {'int32', 'int64'},  # CPU only
+    'scale_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'sign_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'sin_double_grad': {'int32', 'int64'},
+    'sin_triple_grad': {'int32', 'int64'},
+    'square_double_grad': {'int32', 'int64'},
+    'square_grad': {'int32', 'int64'},
+    'trunc_grad': {'int32', 'int64'},
+    # te_defs/linear.py
+    'broadcast_tensors_grad': {'bool', 'int32', 'int64'},  # GPU only: bool
+    'concat_double_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'concat_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'expand_as_grad': {'int32', 'int64'},
+    'expand_double_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: int8, uint8, int16
+    'expand_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: bool, int8, uint8, int16
+    'fill_grad': {'bool', 'int32', 'int64'},
+    'meshgrid_grad': {'int32', 'int64'},  # CPU only
+    'partial_concat_grad': {'int32', 'int64'},
+    'partial_sum_grad': {'int32', 'int64'},  # CPU only
+    'stack_double_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: bool, int8, uint8, int16
+    'stack_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: int16
+    'unbind_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: bool, int8, uint8, int16
+    'unstack_grad': {'int32', 'int64'},
+    # te_defs/loss.py
+    'reduce_as_grad': {'bool', 'int8', 'uint8', 'int16', 'int32', 'int64'},
+    'segment_pool_grad': {'int32', 'int64'},
+    # te_defs/matmul.py
+    'cross_grad': {'int32', 'int64'},
+    'dot_grad': {'int32', 'int64'},
+    'kron_grad': {'int32', 'int64'},
+    'trace_grad': {'int32', 'int64'},
+    # te_defs/pool.py
+    'unpool3d_grad': {'int64'},
+    # te_defs/roi.py
+    'roi_align_grad': {'int32'},  # CPU only
+    'roi_pool_grad': {'int32'},  # CPU only
+    # te_defs/scan.py
+    'cummax_grad': {'int32', 'int64'},
+    'cummin_grad': {'int32', 'int64'},
+    'cumprod_grad': {'int32', 'int64'},
+    'cumsum_grad': {'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: int8, uint8
+    # te_defs/signal.py
+    'overlap_add_grad': {'int32', 'int64'},
+    # te_defs/sort.py
+    'argsort_grad': {'uint8', 'int16', 'int32', 'int64'},  # CPU only: uint8, int16
+    'kthvalue_grad': {'int32', 'int64'},
+    'mode_grad': {'int32', 'int64'},
+    'nanmedian_grad': {'int32', 'int64'},
+    'topk_grad': {'int32', 'int64'},
+}
+
+# Dtypes tvmgrad's dtype layer has no DType for at all (float8): visible, exact, not demanded.
+KNOWN_OTHER_GAPS = {
+    # te_defs/indexing.py
+    'index_select_strided_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    # te_defs/linear.py
+    'concat_double_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    'concat_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    # te_defs/shape.py
+    'as_strided_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    'diagonal_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'flatten_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'squeeze_double_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'squeeze_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'tensor_unfold_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    'unsqueeze_double_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'unsqueeze_grad': {'float8_e4m3fn', 'float8_e5m2'},  # CPU only
+    'view_dtype_grad': {'float8_e4m3fn', 'float8_e5m2'},
+    'view_shape_grad': {'float8_e4m3fn', 'float8_e5m2'},
+}
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("paddle_dtypes", ROOT / "scripts" / "paddle_dtypes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _backward_ops():
+    return {name: op for name, op in registry.ops().items() if not op.is_forward}
+
+
+def _gaps() -> dict[str, set]:
+    """op -> dtypes registered by Paddle (CPU or GPU, after dtype_map) that tvmgrad rejects."""
+    out = {}
+    for name, entry in TABLE["ops"].items():
+        accepted = set(registry.get(name).implementation.dtypes)
+        mapping = entry.get("dtype_map") or {}
+        registered = set(entry["cpu"]) | set(entry["gpu"] or [])
+        rejected = {d for d in registered if mapping.get(d, d) not in accepted}
+        if rejected:
+            out[name] = rejected
+    return out
+
+
+def _split(gaps, keep):
+    out = {}
+    for op, dts in gaps.items():
+        sel = {d for d in dts if keep(d)} - UNREACHABLE.get(op, set())
+        if sel:
+            out[op] = sel
+    return out
+
+
+def _diff(actual, listed):
+    lines = []
+    for op in sorted(set(actual) | set(listed)):
+        new, closed = actual.get(op, set()) - listed.get(op, set()), listed.get(op, set()) - actual.get(op, set())
+        if new:
+            lines.append(f"{op}: new gap {sorted(new)} (tvmgrad rejects a dtype Paddle registers)")
+        if closed:
+            lines.append(f"{op}: {sorted(closed)} is listed but no longer a gap: remove it from the list")
+    return "\n".join(lines)
+
+
+def test_the_table_covers_every_backward_op():
+    ops = _backward_ops()
+    assert len(ops) > 200
+    missing, stale = set(ops) - set(TABLE["ops"]), set(TABLE["ops"]) - set(ops)
+    assert not missing and not stale, (f"paddle_dtypes.json is out of date (missing {sorted(missing)}, "
+                                       f"stale {sorted(stale)}): run scripts/paddle_dtypes.py")
+    script = _script()
+    for name, op in ops.items():
+        kernel, how = script.kernel_of(op)
+        entry = TABLE["ops"][name]
+        assert (entry["kernel"], entry["kernel_from"]) == (kernel, how), name
+        assert entry.get("dtype_map") == script.dtype_map(op), name
+
+
+def test_every_entry_is_well_formed():
+    names = FLOATLIKE | INTLIKE | {"float8_e4m3fn", "float8_e5m2"}
+    for name, entry in TABLE["ops"].items():
+        assert set(entry["cpu"]) <= names, name
+        if entry["gpu"] is None:
+            assert entry.get("gpu_reason"), f"{name}: no GPU list and no reason"
+        else:
+            assert set(entry["gpu"]) <= names, name
+            for source in entry["gpu_source"].split("; "):
+                assert re.fullmatch(r"paddle/[\w/.+-]+@[0-9a-f]{40}", source), (name, source)
+    with_gpu = sum(e["gpu"] is not None for e in TABLE["ops"].values())
+    assert with_gpu >= 250, with_gpu
+
+
+def test_the_cpu_column_is_what_the_installed_paddle_registers():
+    pytest.importorskip("paddle")
+    script = _script()
+    core, version, commit = script.installed_paddle()
+    cpu = script.cpu_registrations(core)
+    assert TABLE["meta"]["paddle_version"] == version
+    for name, entry in TABLE["ops"].items():
+        if entry["kernel"] is None:
+            assert entry["cpu"] == [], name
+            continue
+        reg = cpu.get(entry["kernel"], {"all": [], "strided": []})
+        assert entry["cpu"] == reg["all"], name
+        assert entry.get("cpu_strided", []) == reg["strided"], name
+
+
+def test_the_file_is_what_the_script_writes():
+    pytest.importorskip("paddle")
+    script = _script()
+    assert script.dump(script.build(None, TABLE)) == TABLE_PATH.read_text(), \
+        "stale: run .venv/bin/python scripts/paddle_dtypes.py"
+
+
+def test_every_float_and_complex_dtype_paddle_registers_is_accepted_or_a_known_gap():
+    actual = _split(_gaps(), lambda d: d in FLOATLIKE)
+    assert actual == KNOWN_GAPS, _diff(actual, KNOWN_GAPS)
+
+
+def test_integer_and_other_gaps_are_listed_exactly():
+    gaps = _gaps()
+    ints = _split(gaps, lambda d: d in INTLIKE)
+    other = _split(gaps, lambda d: d not in FLOATLIKE | INTLIKE)
+    assert ints == KNOWN_INT_GAPS, _diff(ints, KNOWN_INT_GAPS)
+    assert other == KNOWN_OTHER_GAPS, _diff(other, KNOWN_OTHER_GAPS)
+
+
+def test_unreachable_registrations_are_registered_and_rejected():
+    gaps = _gaps()
+    for op, dts in UNREACHABLE.items():
+        assert dts <= gaps.get(op, set()), op
+
+
+def _plan(op, dtype):
+    entry = registry.get(op)
+    inputs, attrs = examples.sample(op)
+    inputs = {k: examples.cast(v, dtype) for k, v in inputs.items()}
+    arrays = [a for v in inputs.values() for a in (v if isinstance(v, list) else [v]) if a is not None]
+    if not any(np.asarray(a).dtype == examples.np_dtype(dtype) for a in arrays):
+        return None                        # the sample has no input castable to dtype
+    call = bind(entry.spec, inputs, attrs)
+    return entry.impl.plan(call, registry.infer_outputs(entry, call))
+
+
+def test_the_listed_float_gaps_are_rejected_by_the_planner():
+    """The declared dtypes are what the op enforces: a listed gap really raises TypeError."""
+    tried = 0
+    for op, dts in KNOWN_GAPS.items():
+        for dtype in sorted(dts):
+            try:
+                if _plan(op, dtype) is None:
+                    continue
+            except TypeError:
+                tried += 1
+                continue
+            raise AssertionError(f"{op} accepted {dtype}, which KNOWN_GAPS lists as rejected")
+    assert tried > 50, tried
