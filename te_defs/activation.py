@@ -23,7 +23,7 @@ from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise, tensor_op
 from tvmgrad.families.complex import Complex
 
-from ._math import conj, const, dtype_of, exp, is_cplx, tanh, where
+from ._math import conj, const, cselect, dtype_of, exp, is_cplx, tanh, where
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too (Paddle's convention
 # x_grad = out_grad · conj(f'(x)); checked in tests/test_complex.py). Paddle's complex exp is only
@@ -296,21 +296,23 @@ def sigmoid_grad(out, out_grad):
     return out_grad * out * (const(1.0, out) - out)
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def sigmoid_double_grad(out, fwd_grad_out, grad_x_grad):
     """out_grad = (1 − 2·out) · fwd_grad_out · grad_x_grad,
-    fwd_grad_out_grad = (1 − out) · out · grad_x_grad"""
+    fwd_grad_out_grad = (1 − out) · out · grad_x_grad
+    (complex: the same expressions, no conjugation, as Paddle's complex kernel)"""
     one, two = const(1.0, out), const(2.0, out)
     return ((one - two * out) * fwd_grad_out * grad_x_grad,
             (one - out) * out * grad_x_grad)
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def sigmoid_triple_grad(out, fwd_grad_out, grad_grad_x, grad_out_grad, grad_grad_out_grad):
     """with dout = fwd_grad_out, ddx = grad_grad_x, d_dout = grad_out_grad, d_ddout = grad_grad_out_grad
     (absent: 0):  out_grad = −2·dout·ddx·d_dout + (ddx − 2·out·ddx)·d_ddout,
     fwd_grad_out_grad = (1 − 2·out)·ddx·d_dout,
-    grad_grad_x_grad = (1 − 2·out)·dout·d_dout + (1 − out)·out·d_ddout"""
+    grad_grad_x_grad = (1 − 2·out)·dout·d_dout + (1 − out)·out·d_ddout
+    (complex: the same expressions, no conjugation, as Paddle's complex kernel)"""
     one, two = const(1.0, out), const(2.0, out)
     dout, ddx, d_dout_new, d_ddout = fwd_grad_out, grad_grad_x, grad_out_grad, grad_grad_out_grad
     d_out_new = -two * dout * ddx * d_dout_new
@@ -375,10 +377,18 @@ def softplus_grad(x, out_grad, beta, threshold):
     return where(xb > threshold, out_grad, out_grad / (const(1.0, x) + tirx.exp(-xb)))
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def softplus_double_grad(x, grad_out, grad_x_grad, beta, threshold):
     """xb = beta·x:  x_grad = xb > threshold ? 0 : grad_x_grad·grad_out·beta·e^xb / (1 + e^xb)²,
-    grad_out_grad = xb > threshold ? grad_x_grad : grad_x_grad / (1 + e^−xb)"""
+    grad_out_grad = xb > threshold ? grad_x_grad : grad_x_grad / (1 + e^−xb)
+    (complex: Re(xb) > threshold selects; complex arithmetic, no conjugation, as Paddle)"""
+    if is_cplx(x):
+        xb = x * beta
+        e = exp(xb)
+        d = 1.0 + e
+        big = xb.re > threshold
+        return (cselect(big, 0.0, grad_x_grad * grad_out * beta * e / (d * d)),
+                cselect(big, grad_x_grad, grad_x_grad / (1.0 + exp(-xb))))
     one = const(1.0, x)
     xb = beta * x
     e = tirx.exp(where(xb > 0, -xb, xb))        # e^xb / (1 + e^xb)² is even in xb; no overflow
@@ -441,22 +451,32 @@ def tanh_grad(out, out_grad):
     return out_grad * (const(1.0, out) - out * out)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def tanh_double_grad(out, grad_out, grad_x_grad):
-    """out_grad = −2 · grad_out · out · grad_x_grad,  grad_out_grad = (1 − out²) · grad_x_grad"""
+    """out_grad = −2 · grad_out · out · grad_x_grad,  grad_out_grad = (1 − out²) · grad_x_grad
+    (complex: the same expressions, no conjugation, as Paddle's complex kernel)"""
+    if is_cplx(out):
+        return -2.0 * grad_out * out * grad_x_grad, (1.0 - out * out) * grad_x_grad
     return (const(-1.0, out) * grad_out * const(2.0, out) * out * grad_x_grad,
             (const(1.0, out) - out * out) * grad_x_grad)
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def tanh_triple_grad(out, grad_out_forward, grad_x_grad_forward, grad_out_new_grad, grad_out_grad_grad):
     """dout = grad_out_forward, ddx = grad_x_grad_forward, d_dout = grad_out_new_grad,
     d_ddout = grad_out_grad_grad (absent: 0):
     out_grad = −2·out·ddx·d_ddout − 2·dout·ddx·d_dout,  grad_out_forward_grad = −2·out·ddx·d_dout,
-    grad_x_grad_forward_grad = (1 − out²)·d_ddout − 2·out·dout·d_dout"""
+    grad_x_grad_forward_grad = (1 − out²)·d_ddout − 2·out·dout·d_dout
+    (complex: the same expressions, no conjugation, as Paddle's complex kernel)"""
     one, two, m2 = const(1.0, out), const(2.0, out), const(-2.0, out)
     dout, ddx, d_dout_new, d_ddout = grad_out_forward, grad_x_grad_forward, grad_out_new_grad, grad_out_grad_grad
-    zero_mask = _mask(tirx.isnan(out), out)    # out · this = Paddle's 0 · out (NaN for inf/NaN)
+    if is_cplx(out):
+        one, two, m2 = 1.0, 2.0, -2.0
+        nan_of = lambda v: _mask(tirx.Or(tirx.isnan(v.re), tirx.isnan(v.im)), v.re)  # noqa: E731
+        zero_mask = nan_of(out)
+    else:
+        nan_of = lambda v: _mask(tirx.isnan(v), v)  # noqa: E731
+        zero_mask = nan_of(out)    # out · this = Paddle's 0 · out (NaN for inf/NaN)
 
     if d_ddout is not None and d_dout_new is not None:
         d_out_new = m2 * out * ddx * d_ddout - two * dout * ddx * d_dout_new
@@ -469,7 +489,7 @@ def tanh_triple_grad(out, grad_out_forward, grad_x_grad_forward, grad_out_new_gr
         d_ddx = m2 * out * dout * d_dout_new
     else:
         d_out_new = out * zero_mask
-        d_ddx = ddx * _mask(tirx.isnan(ddx), ddx)
+        d_ddx = ddx * nan_of(ddx)
     d_dout = m2 * out * ddx * d_dout_new if d_dout_new is not None else out * zero_mask
     return d_out_new, d_dout, d_ddx
 

@@ -26,10 +26,14 @@ CPLX = FLOATS + COMPLEX
 # private helpers
 
 def _times_zero(v):
-    """Paddle's ``0 * v``: 0 where v is finite, NaN where it is ±inf or NaN.
+    """Paddle's ``0 * v``: 0 where v is finite, NaN where it is ±inf or NaN (complex v: both parts,
+    NaN where either part is not finite, as the complex product's cross terms give).
 
     (``v * 0.0`` cannot be written directly: TVM folds it to the constant 0 while building.)
     """
+    if is_cplx(v):
+        z = where(tirx.And(tirx.isfinite(v.re), tirx.isfinite(v.im)), 0.0, const(float("nan"), v.re))
+        return Complex(z, z)
     return where(tirx.isfinite(v), 0.0, const(float("nan"), v))
 
 
@@ -81,9 +85,14 @@ def abs_grad(x, out_grad):
     return where(x == 0, 0.0, out_grad * (x / tirx.abs(x)))
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def abs_double_grad(x, grad_x_grad):
-    """grad_out_grad = x == 0 ? 0 : grad_x_grad · x / |x|   (NaN at x = ±inf, as Paddle)"""
+    """grad_out_grad = x == 0 ? 0 : grad_x_grad · x / |x|   (NaN at x = ±inf, as Paddle)
+    complex x: the same formula without conjugation, a complex grad_out_grad (Paddle's
+    AbsGradGradFunctor<complex>; its output has x's dtype)"""
+    if is_cplx(x):
+        zero = const(0.0, x.re)
+        return cselect(tirx.And(x.re == zero, x.im == zero), 0.0, (grad_x_grad * x) / cabs(x))
     return where(x == 0, 0.0, grad_x_grad * x / tirx.abs(x))
 
 
@@ -122,19 +131,23 @@ def tan_grad(x, out_grad):
     return out_grad / (c * c)
 
 
-@pointwise
+# The higher-order grads below take complex too: Paddle's complex double/triple-grad kernels use
+# the same expressions with complex arithmetic and, unlike the first-order grads, no conjugation
+# (log_double_grad is the exception; checked in tests/test_complex.py).
+
+@pointwise(dtypes=CPLX)
 def sin_double_grad(x, grad_out, grad_x_grad):
     """x_grad = -grad_x_grad · sin(x) · grad_out,  grad_out_grad = grad_x_grad · cos(x)"""
-    return -grad_x_grad * tirx.sin(x) * grad_out, grad_x_grad * tirx.cos(x)
+    return -grad_x_grad * sin(x) * grad_out, grad_x_grad * cos(x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def cos_double_grad(x, grad_out, grad_x_grad):
     """x_grad = -grad_x_grad · cos(x) · grad_out,  grad_out_grad = -grad_x_grad · sin(x)"""
-    return -grad_x_grad * tirx.cos(x) * grad_out, -grad_x_grad * tirx.sin(x)
+    return -grad_x_grad * cos(x) * grad_out, -grad_x_grad * sin(x)
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
     """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
     d3d2d1y = grad_out_grad_grad:
@@ -145,7 +158,7 @@ def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_
     (NaN where x is ±inf/NaN), exactly as Paddle's SinTripleGradFunctor branches.
     """
     d1y, d2d1x, d3d2x, d3d2d1y = grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad
-    s, c = tirx.sin(x), tirx.cos(x)
+    s, c = sin(x), cos(x)
     have_d1y, have_d2d1x, have_d3 = d1y is not None, d2d1x is not None, d3d2d1y is not None
     if have_d1y and have_d2d1x and have_d3:
         dx = -c * d1y * d2d1x * d3d2x - s * d2d1x * d3d2d1y
@@ -167,7 +180,7 @@ def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_
     return dx, d_dout, d_ddx
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def cos_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
     """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
     d3d2d1y = grad_out_grad_grad:
@@ -178,7 +191,7 @@ def cos_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_
     (NaN where x is ±inf/NaN), exactly as Paddle's CosTripleGradFunctor branches.
     """
     d1y, d2d1x, d3d2x, d3d2d1y = grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad
-    s, c = tirx.sin(x), tirx.cos(x)
+    s, c = sin(x), cos(x)
     have_d1y, have_d2d1x, have_d3 = d1y is not None, d2d1x is not None, d3d2d1y is not None
     if have_d1y and have_d2d1x and have_d3:
         dx = s * d1y * d2d1x * d3d2x - c * d2d1x * d3d2d1y
@@ -297,9 +310,13 @@ def log_grad(x, out_grad):
     return out_grad * (1.0 / x)
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def log_double_grad(x, grad_out, grad_x_grad):
-    """x_grad = -grad_out · grad_x_grad / x²,  grad_out_grad = grad_x_grad / x"""
+    """x_grad = -grad_out · grad_x_grad / x²,  grad_out_grad = grad_x_grad / x
+    (complex: Paddle's kernel divides by conj(x²) and conj(x): x_grad = -grad_out · grad_x_grad /
+    conj(x²), grad_out_grad = grad_x_grad / conj(x))"""
+    if is_cplx(x):
+        return cdiv(-grad_out * grad_x_grad, conj(x * x)), cdiv(grad_x_grad, conj(x))
     return -grad_out * grad_x_grad / (x * x), grad_x_grad / x
 
 
@@ -370,7 +387,7 @@ def square_grad(x, out_grad):
     return out_grad * 2.0 * x
 
 
-@pointwise
+@pointwise(dtypes=CPLX)
 def square_double_grad(x, grad_out, grad_x_grad):
     """x_grad = 2 · grad_x_grad · grad_out,  grad_out_grad = 2 · grad_x_grad · x"""
     return grad_x_grad * 2.0 * grad_out, grad_x_grad * 2.0 * x
@@ -407,22 +424,23 @@ def _pow_coef(yf, k, like):
 
 
 def _pow_x(x, yf, k):
-    """x^(y-k) with the exponent ``y - k`` formed in float32, as Paddle's Pow(x, exponent - k)."""
-    return tirx.pow(x, _to(yf - float(k), x))
+    """x^(y-k) with the exponent ``y - k`` formed in float32, as Paddle's Pow(x, exponent - k)
+    (complex x: ``cpow``, Paddle's polar form)."""
+    return cpow(x, _to(yf - float(k), x.re if is_cplx(x) else x))
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def pow_double_grad(x, grad_out, grad_x_grad, y):
     """x_grad = y == 1 ? 0 : grad_out · grad_x_grad · x^(y-2) · y(y-1)
     grad_out_grad = grad_x_grad · x^(y-1) · y
     (y and the coefficients in float32, as Paddle; same shapes only: Paddle crashes otherwise)"""
     yf = _f32(y)
     x_grad = grad_out * grad_x_grad * _pow_x(x, yf, 2) * _pow_coef(yf, 2, x)
-    return (where(yf == 1.0, 0.0, x_grad),
+    return (cselect(yf == 1.0, 0.0, x_grad),
             grad_x_grad * _pow_x(x, yf, 1) * _pow_coef(yf, 1, x))
 
 
-@pointwise(broadcast=())
+@pointwise(broadcast=(), dtypes=CPLX)
 def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y):
     """With dout = grad_out, ddx = grad_grad_x, d_dx = grad_x_grad, d_ddout = grad_grad_out_grad
     (optional: absent drops its terms), c_k = y(y-1)…(y-k+1) in float32:
@@ -445,9 +463,9 @@ def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y
     else:
         dx_general, dx_two = part1, 0.0
         d_ddx_general, d_ddx_one = d_ddx, 0.0
-    dx = where(yf == 2.0, dx_two, where(yf == 1.0, part1, dx_general))
-    d_dout = where(yf == 1.0, 0.0, d_dout)
-    d_ddx = where(yf == 2.0, d_ddx_general, where(yf == 1.0, d_ddx_one, d_ddx_general))
+    dx = cselect(yf == 2.0, dx_two, cselect(yf == 1.0, part1, dx_general))
+    d_dout = cselect(yf == 1.0, 0.0, d_dout)
+    d_ddx = cselect(yf == 2.0, d_ddx_general, cselect(yf == 1.0, d_ddx_one, d_ddx_general))
     return dx, d_dout, d_ddx
 
 

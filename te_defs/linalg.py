@@ -28,7 +28,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from tvmgrad.dtypes import DType, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, Plan
+from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.pointwise import _coalesce
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
@@ -168,7 +168,7 @@ class LinalgOp(TensorOp):
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         args = [Arg("input", n, shape=view[n]) for n in present
                 if n in core and n not in spec.no_need_buffer]
-        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
         args += [Arg("output", n, shape=view[n]) for n in out_names]
         attrs = dict(call.attrs)
         dts = {n: all_metas[n].dtype for n in names}

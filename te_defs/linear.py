@@ -17,12 +17,18 @@ expansion the attribute describes is an error (it would be summed into wrong num
 bindings ``_C_ops.concat_grad``, ``broadcast_tensors_grad`` (both raise "Input's size should be
 equal to the output's size"), ``stack_grad``, ``meshgrid_grad``, ``partial_concat_grad`` and
 ``partial_sum_grad`` (all segfault) are unusable; the tests take Paddle's grads through autograd.
+
+Dtypes: each op takes what Paddle registers for it (CPU or GPU). Complex tensors carry their trailing
+(re, im) dim after the dims of their view (tvmgrad.families.shape): index maps move both parts
+alike (``*c`` below) and sums keep it. Integers copy and sum in their own dtype (wrapping, as
+Paddle's kernels); bool sums are ORs (Paddle's bool expand_grad).
 """
 
 from __future__ import annotations
 
 import math
 
+from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.shape import coalesce, is_one, reduce_to, shape_op, total, zero
 from tvmgrad import infer_meta
@@ -34,6 +40,15 @@ from tvmgrad.lazy import te, tirx
 
 # ------------------------------------------------------------------------------------------
 # shared pieces
+
+CPLX = FLOATS + COMPLEX
+INTS = ("int32", "int64")
+ALL = CPLX + ("bool", "int8", "uint8", "int16") + INTS       # every dtype of tvmgrad's dtype layer
+
+
+def _tail(t, rank):
+    """The dims of ``t`` after its first ``rank`` (a complex pair, or none)."""
+    return tuple(t.shape[rank:])
 
 def norm_axis(axis: int, rank: int, extra: int = 0) -> int:
     """A validated axis made non-negative (the InferMeta has already checked its range)."""
@@ -77,7 +92,7 @@ def _concat_views_fwd(call, outs):
 
 
 @shape_op(infer_meta="ConcatInferMeta", static=("axis",), canon=_concat_canon,
-          views=_concat_views_fwd)
+          views=_concat_views_fwd, dtypes=ALL)
 def concat(x, axis):
     """The forward ``concat`` (concat_double_grad invokes it): out = [x_0 | x_1 | ...] along
     ``axis``. Seen as (outer, n_k·inner) pieces: out[o, j] = x_k[o, j - off_k] for the k with
@@ -85,12 +100,12 @@ def concat(x, axis):
     offs = [tirx.const(0, "int64")]
     for t in x:
         offs.append(offs[-1] + t.shape[1])
-    shape = (x[0].shape[0], offs[-1])
+    shape = (x[0].shape[0], offs[-1]) + _tail(x[0], 2)
 
-    def body(o, j):
-        value = x[-1][o, j - offs[-2]]
+    def body(o, j, *c):
+        value = x[-1](o, j - offs[-2], *c)
         for k in range(len(x) - 2, -1, -1):
-            value = te.if_then_else(j < offs[k + 1], x[k][o, j - offs[k]], value)
+            value = te.if_then_else(j < offs[k + 1], x[k](o, j - offs[k], *c), value)
         return value
 
     return te.compute(shape, body, name="concat")
@@ -116,12 +131,12 @@ def _concat_grad_views(call, outs):
 
 
 @shape_op(static=("axis",), canon=_concat_canon, views=_concat_grad_views,
-          validate=_concat_grad_check)
+          validate=_concat_grad_check, dtypes=ALL)
 def concat_grad(x, out_grad, axis):
     """x_grad[k] = out_grad's slice of x_k along ``axis``; seen as (outer, n_k·inner) matrices:
     x_grad[k][o, j] = out_grad[o, off_k + j]. One gather per piece, no kernel reads x."""
     def piece(k, off):
-        return te.compute(x[k].shape, lambda o, j: out_grad[o, off + j], name=f"x_grad{k}")
+        return te.compute(x[k].shape, lambda o, j, *c: out_grad(o, off + j, *c), name=f"x_grad{k}")
 
     outs, off = [], tirx.const(0, "int64")
     for k, t in enumerate(x):
@@ -142,30 +157,31 @@ def _stack_views(pieces_meta, axis, stacked_name, pieces_name, stacked_shape):
 
 
 def _stack_body(x):
-    def body(o, k, i):
-        value = x[-1][o, i]
+    def body(o, k, i, *c):
+        value = x[-1](o, i, *c)
         for m in range(len(x) - 2, -1, -1):
-            value = te.if_then_else(k == m, x[m][o, i], value)
+            value = te.if_then_else(k == m, x[m](o, i, *c), value)
         return value
     return body
 
 
 @shape_op(infer_meta="StackInferMeta", canon=lambda call, outs: {"axis": None},
           views=lambda call, outs: _stack_views(call.meta("x"), call.attrs["axis"], "out", "x",
-                                                outs[0].shape))
+                                                outs[0].shape), dtypes=ALL)
 def stack(x, axis):
     """The forward ``stack`` (stack_double_grad and unbind_grad invoke it): out[..., k, ...] =
     x_k along a new dim ``axis``; seen as out[o, k, i] = x_k[o, i]."""
-    shape = (x[0].shape[0], len(x), x[0].shape[1])
+    shape = (x[0].shape[0], len(x), x[0].shape[1]) + _tail(x[0], 2)
     return te.compute(shape, _stack_body(x), name="stack")
 
 
 @shape_op(canon=lambda call, outs: {"axis": None},
           views=lambda call, outs: _stack_views(call.meta("out_grad"), call.attrs["axis"],
-                                                "x_grad", "out_grad", None))
+                                                "x_grad", "out_grad", None),
+          dtypes=CPLX + INTS)
 def unstack_grad(out_grad, axis):
     """x_grad = stack(out_grad, axis) (the grad of unstack): x_grad[o, k, i] = out_grad_k[o, i]."""
-    shape = (out_grad[0].shape[0], len(out_grad), out_grad[0].shape[1])
+    shape = (out_grad[0].shape[0], len(out_grad), out_grad[0].shape[1]) + _tail(out_grad[0], 2)
     return te.compute(shape, _stack_body(out_grad), name="unstack_grad")
 
 
@@ -192,12 +208,12 @@ def _stack_grad_views(call, outs):
 
 
 @shape_op(canon=lambda call, outs: {"axis": None}, views=_stack_grad_views,
-          validate=_stack_grad_check)
+          validate=_stack_grad_check, dtypes=ALL)
 def stack_grad(x, out_grad, axis):
     """x_grad[k] = out_grad's slice k along ``axis``; seen as x_grad[k][o, i] = out_grad[o, k, i]."""
     def piece(k):
-        return te.compute((out_grad.shape[0], out_grad.shape[2]), lambda o, i: out_grad[o, k, i],
-                          name=f"x_grad{k}")
+        return te.compute((out_grad.shape[0], out_grad.shape[2]) + _tail(out_grad, 3),
+                          lambda o, i, *c: out_grad(o, k, i, *c), name=f"x_grad{k}")
     return [piece(k) for k in range(len(x))]
 
 
@@ -211,7 +227,7 @@ def _expand_views(call, outs):
 
 
 @shape_op(infer_meta="ExpandInferMeta", unit_dims=("x",), canon=lambda call, outs: {"shape": None},
-          views=_expand_views)
+          views=_expand_views, dtypes=ALL)
 def expand(x, shape):
     """The forward ``expand`` (expand_double_grad invokes it): out = x broadcast to ``shape``.
     Over coalesced views, a size-1 dim of x is a broadcast dim: out[i] = x[i with those at 0]."""
@@ -264,7 +280,7 @@ def _sum_to_x(x, out_grad):
 
 
 @shape_op(unit_dims=("x",), canon=lambda call, outs: {"shape": None}, views=_expand_grad_views,
-          validate=_expand_grad_check)
+          validate=_expand_grad_check, dtypes=ALL)
 def expand_grad(x, out_grad, shape):
     """x_grad = out_grad summed over the dims that expand broadcast (x's size-1 and missing
     leading dims). ``shape`` is not read (as in Paddle): out_grad's shape decides."""
@@ -272,7 +288,7 @@ def expand_grad(x, out_grad, shape):
 
 
 @shape_op(unit_dims=("x",), canon=lambda call, outs: {"target_shape": None},
-          views=_expand_grad_views, validate=_expand_grad_check)
+          views=_expand_grad_views, validate=_expand_grad_check, dtypes=FLOATS + INTS)
 def expand_as_grad(x, out_grad, target_shape):
     """x_grad = out_grad summed over the dims that expand_as broadcast (``target_shape`` is not
     read, as in Paddle)."""
@@ -303,7 +319,8 @@ def _bt_views(call, outs):
     return {"input": small, "out_grad": big, "input_grad": small}
 
 
-@shape_op(unit_dims=("input",), views=_bt_views, validate=_bt_check)
+@shape_op(unit_dims=("input",), views=_bt_views, validate=_bt_check,
+          dtypes=CPLX + ("bool",) + INTS)
 def broadcast_tensors_grad(input, out_grad):
     """input_grad[k] = out_grad[k] summed over the dims input[k] was broadcast along."""
     return [reduce_to(g, [not is_one(d) for d in x.shape], f"input_grad{k}")
@@ -320,7 +337,7 @@ def _meshgrid_views(call, outs):
     return {"outputs_grad": views_g, "inputs": views_x, "inputs_grad": views_x}
 
 
-@shape_op(views=_meshgrid_views, shape_only=("inputs",))
+@shape_op(views=_meshgrid_views, shape_only=("inputs",), dtypes=CPLX + INTS)
 def meshgrid_grad(inputs, outputs_grad):
     """inputs_grad[k][j] = Σ of outputs_grad[k] over every dim but k (seen as (pre, n_k, post))."""
     return [reduce_to(g, (False, True, False), f"inputs_grad{k}") for k, g in enumerate(outputs_grad)]
@@ -368,27 +385,27 @@ def _partial_canon(call, outs):
 
 
 @shape_op(runtime=("start_index", "length"), canon=_partial_canon, shape_only=("x",),
-          validate=lambda call, outs: _partial_check(call, outs, True))
+          validate=lambda call, outs: _partial_check(call, outs, True), dtypes=CPLX + INTS)
 def partial_concat_grad(x, out_grad, start_index, length):
     """x_grad[k][b, j] = out_grad[b, k·length + j - start] for start <= j < start + length, else
     0 (start/length normalised as Paddle's: a negative start counts from the end, a negative
     length means to the end)."""
     def piece(k, t):
-        def body(b, j):
+        def body(b, j, *c):
             inside = tirx.all(j >= start_index, j < start_index + length)
-            return te.if_then_else(inside, out_grad[b, k * length + j - start_index], zero(out_grad))
+            return te.if_then_else(inside, out_grad(b, k * length + j - start_index, *c), zero(out_grad))
         return te.compute(t.shape, body, name=f"x_grad{k}")
     return [piece(k, t) for k, t in enumerate(x)]
 
 
 @shape_op(runtime=("start_index", "length"), canon=_partial_canon, shape_only=("x",),
-          validate=lambda call, outs: _partial_check(call, outs, False))
+          validate=lambda call, outs: _partial_check(call, outs, False), dtypes=FLOATS + INTS)
 def partial_sum_grad(x, out_grad, start_index, length):
     """x_grad[k][b, j] = out_grad[b, j - start] for start <= j < start + length, else 0."""
     def piece(k, t):
-        def body(b, j):
+        def body(b, j, *c):
             inside = tirx.all(j >= start_index, j < start_index + length)
-            return te.if_then_else(inside, out_grad[b, j - start_index], zero(out_grad))
+            return te.if_then_else(inside, out_grad(b, j - start_index, *c), zero(out_grad))
         return te.compute(t.shape, body, name=f"x_grad{k}")
     return [piece(k, t) for k, t in enumerate(x)]
 
@@ -396,7 +413,7 @@ def partial_sum_grad(x, out_grad, start_index, length):
 # ------------------------------------------------------------------------------------------
 # fill
 
-@pointwise
+@pointwise(dtypes=FLOATS + ("bool",) + INTS)
 def fill_grad(out_grad, value):
     """x_grad = 0 (fill overwrites x; Paddle's kernel writes zeros, whatever out_grad holds)."""
     return 0.0

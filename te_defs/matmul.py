@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
 from tvmgrad.families import OpError
-from tvmgrad.families.base import Arg, Plan
+from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params, view_shape
 # infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
 from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
@@ -140,7 +140,7 @@ class DenseOp(TensorOp):
                          for i in range(len(metas[n]))]
             else:
                 args.append(Arg("input", n, shape=shapes.get(n)))
-        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
         for o, m in zip(spec.outputs, outs):
             if m is None:
                 continue

@@ -20,7 +20,7 @@ from tvmgrad.lazy import te, tirx
 
 from tvmgrad.dtypes import HALF, dtype as as_dtype, to_compute
 from tvmgrad.families import OpError, pointwise
-from tvmgrad.families.base import Arg, Plan
+from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
 from tvmgrad.infer_meta import same_dim, same_shape
 # Register the InferMetas these ops name even when another module has already filled the
@@ -84,7 +84,7 @@ class ViewOp(TensorOp):
             if n in spec.no_need_buffer:
                 continue
             args.append(Arg("input", n, shape=shapes.get(n)))
-        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
         for o, m in zip(spec.outputs, outs):
             if m is not None:
                 args.append(Arg("output", o.name, shape=shapes.get(o.name)))

@@ -33,18 +33,14 @@ pad_value) is truncated to it, as Paddle's static_cast.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
-import threading
 
 import numpy as np
 
 from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.shape import (AliasOp, ShapeOp, dt_of, is_one, load, reduce_to,  # noqa: F401
-                                    total, zero)
-from tvmgrad.families.tensor import builder_kwargs, call_builder, output_params
+from tvmgrad.families.shape import AliasOp, alias_op, dt_of, load, pair, shape_op, total, zero
 from tvmgrad.infer_meta import MetaError
 from tvmgrad.infer_meta import shape as _im_shape  # noqa: F401  (see linear.py)
 from tvmgrad.infer_meta.shape import (check_pad3d, norm_axes, norm_axis, pad3d_out_shape,
@@ -74,89 +70,6 @@ CPLX = FLOATS + COMPLEX
 INTS = ("int8", "uint8", "int16", "int32", "int64")
 ALL = CPLX + ("bool",) + INTS            # every dtype tvmgrad's dtype layer has
 
-_BUILD = threading.local()
-
-
-def pair() -> bool:
-    """Is the kernel being built complex? Then every complex tensor has one more innermost dim of
-    2 (re, im) than its view."""
-    return bool(getattr(_BUILD, "pair", False))
-
-
-class _ShapeOp(ShapeOp):
-    """``@shape_op`` (tvmgrad.families.shape) whose complex placeholders carry the trailing (re, im)
-    dim of 2 that the runtime passes (as tensor.py's TensorOp does), and whose float runtime
-    attributes reach an integer kernel as integers (truncated, as Paddle's static_cast).
-    Everything else is ShapeOp's."""
-
-    def plan(self, call, outs) -> Plan:
-        plan = super().plan(call, outs)
-        plan.args = tuple(_integral_scalar(call.op, a) for a in plan.args)
-        return plan
-
-    def _build(self, spec, dt, metas, in_shapes, units, outs, f_runtime, i_runtime, attrs):
-        from tvm import te
-
-        def holder(name, shape, meta, mask):
-            dims = [1 if (mask and mask[d]) else te.var(f"{name}_d{d}", "int64")
-                    for d in range(len(shape))]
-            if meta.dtype.lanes == 2:
-                dims.append(tirx.IntImm("int64", 2))        # complex: the (re, im) pair
-            return te.placeholder(dims, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n, m in metas.items():
-            if isinstance(m, list):
-                masks = units.get(n, [None] * len(m))
-                tensors[n] = [holder(f"{n}{i}", s, x, k)
-                              for i, (s, x, k) in enumerate(zip(in_shapes[n], m, masks))]
-            else:
-                tensors[n] = holder(n, in_shapes[n], m, units.get(n, [None])[0])
-        scalars = {n: te.var(n, dt.compute) for n in f_runtime}
-        ints, flat_ints = {}, []
-        for n in i_runtime:
-            v = attrs[n]
-            if isinstance(v, (list, tuple)):
-                ints[n] = [te.var(f"{n}{i}", "int64") for i in range(len(v))]
-                flat_ints += ints[n]
-            else:
-                ints[n] = te.var(n, "int64")
-                flat_ints.append(ints[n])
-        previous = getattr(_BUILD, "pair", False)
-        _BUILD.pair = dt.lanes == 2
-        try:
-            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
-        finally:
-            _BUILD.pair = previous
-        skip = self._skip(spec)
-        params = []
-        for n in metas:
-            if n not in skip:
-                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += [scalars[n] for n in f_runtime] + flat_ints
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
-
-
-def _integral_scalar(op, a: Arg) -> Arg:
-    """A float attribute value passed to an integer/bool scalar parameter, converted (truncated
-    toward 0, as C++'s static_cast; TVM refuses a Python float there)."""
-    if (a.kind != "scalar" or not isinstance(a.value, float)
-            or not a.dtype.startswith(("int", "uint", "bool"))):
-        return a
-    if not math.isfinite(a.value):
-        raise ValueError(f"{op}: attribute {a.name!r} = {a.value} has no {a.dtype} value")
-    return dataclasses.replace(a, value=bool(a.value) if a.dtype == "bool" else int(a.value))
-
-
-shape_op = _ShapeOp.decorator
-
-
-class _AliasOp(AliasOp, _ShapeOp):
-    """``@alias_op`` whose converting form (outputs of another dtype) is a ``_ShapeOp``."""
-
-
-alias_op = _AliasOp.decorator
 
 
 def _sum_dtype(dt) -> str:

@@ -453,3 +453,94 @@ def test_index_math_is_int64():
             assert str(d.ty) == "int64"
     text = func.script()
     assert "int32" not in text.replace("T.int32(", "")
+
+
+# ------------------------------------------------------------------------------------------
+# complex, integer and bool dtypes (what Paddle registers for each op, CPU or GPU)
+
+from test_complex import check_as_given, crand, ints  # noqa: E402
+
+CPLX = ("complex64", "complex128")
+ALL_INTS = ("bool", "int8", "uint8", "int16", "int32", "int64")
+
+
+def _data(shape, dtype, seed=0):
+    return crand(shape, seed).astype(dtype) if dtype.startswith("complex") else ints(shape, dtype, seed)
+
+
+def _bigints(shape, dtype, seed=0):
+    """Integers large enough that sums wrap around in the narrow dtypes (as Paddle's do)."""
+    if dtype == "bool":
+        return ints(shape, dtype, seed)
+    info = np.iinfo(dtype)
+    return rng(seed).integers(max(info.min, -2**40), min(info.max, 2**40), shape, endpoint=True).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", CPLX + ALL_INTS)
+def test_concat_and_stack_grads_complex_and_ints(dtype):
+    xs = [_data(s, dtype, seed=i) for i, s in enumerate([(2, 3, 4), (2, 1, 4), (2, 5, 4)])]
+    g = _data((2, 9, 4), dtype, seed=9)
+    check_as_given("concat_grad", {"x": xs, "out_grad": g}, {"axis": 1}, oracle=CONCAT_ORACLE)
+    ours = tvmgrad.run("concat_double_grad", {"grad_x_grad": xs}, {"axis": -2})["grad_out_grad"]
+    np.testing.assert_array_equal(ours, from_paddle(_concat_fwd(to_paddle(xs), {"axis": -2})))
+    x = [_data((2, 3), dtype, seed=i) for i in range(3)]
+    gs = _data((2, 3, 3), dtype, seed=5)
+    check_as_given("stack_grad", {"x": x, "out_grad": gs}, {"axis": 2}, oracle=STACK_ORACLE)
+    for op in ("stack_double_grad",):
+        ours = tvmgrad.run(op, {"grad_x_grad": x}, {"axis": -2})["grad_out_grad"]
+        np.testing.assert_array_equal(ours, from_paddle(_stack_fwd(to_paddle(x), {"axis": -2})))
+    check_as_given("unbind_grad", {"out_grad": x}, {"axis": 1}, oracle=lambda i, a: {
+        "input_grad": from_paddle(_unbind_grad_paddle(i["out_grad"], a["axis"]))})
+    if dtype in CPLX + ("int32", "int64"):
+        check_as_given("unstack_grad", {"out_grad": x}, {"axis": -1})
+
+
+def _unbind_grad_paddle(pieces, axis):
+    """Paddle's grad of unbind by autograd (its unbind_grad is stack(out_grad, axis))."""
+    x = leaf(np.stack(pieces, axis))
+    return pgrad(list(_paddle().unbind(x, axis)), [x], [to_paddle(p) for p in pieces])[0]
+
+
+
+@pytest.mark.parametrize("dtype", CPLX + ALL_INTS)
+def test_expand_and_broadcast_grads_complex_and_ints(dtype):
+    """Sums over broadcast dims: complex both parts, integers wrapping as Paddle's kernels
+    (large values), bool as an OR."""
+    big = _data if dtype.startswith("complex") else _bigints
+    x, g = _data((3, 1), dtype), big((2, 3, 4), dtype, seed=3)
+    check_as_given("expand_grad", {"x": x, "out_grad": g}, {"shape": [2, 3, 4]})
+    ours = tvmgrad.run("expand_double_grad", {"grad_x_grad": x}, {"shape": [2, -1, 4]})["grad_out_grad"]
+    np.testing.assert_array_equal(ours, from_paddle(_paddle()._C_ops.expand(to_paddle(x), [2, -1, 4])))
+    if dtype in ("int32", "int64"):
+        check_as_given("expand_as_grad", {"x": x, "out_grad": g}, {"target_shape": [2, 3, 4]})
+    if dtype in CPLX + ("bool", "int32", "int64"):
+        shapes = [(3, 1), (4,), (2, 3, 4), (1, 1, 1)]
+        inputs = {"input": [_data(s, dtype, seed=i) for i, s in enumerate(shapes)],
+                  "out_grad": [big((2, 3, 4), dtype, seed=10 + i) for i in range(4)]}
+        # Paddle registers bool broadcast_tensors_grad on the GPU only: its CPU autograd cannot
+        # run it, so bool is checked against numpy's OR over the broadcast dims
+        oracle = _bt_oracle if dtype != "bool" else lambda i, a: {"input_grad": [
+            np.logical_or.reduce(g, axis=tuple(d for d in range(3) if d < 3 - len(s) or s[d - 3 + len(s)] == 1),
+                                 keepdims=True).reshape(s) for s, g in zip(shapes, i["out_grad"])]}
+        check_as_given("broadcast_tensors_grad", inputs, None, oracle=oracle)
+    if dtype in CPLX + ("int32", "int64"):
+        sizes = (2, 3, 4)
+        check_as_given("meshgrid_grad", {"inputs": [_data((n,), dtype, seed=n) for n in sizes],
+                                         "outputs_grad": [big(sizes, dtype, seed=10 + k) for k in range(3)]},
+                       None, oracle=_meshgrid_oracle)
+
+
+@pytest.mark.parametrize("dtype", CPLX + ("int32", "int64"))
+def test_partial_grads_complex_and_ints(dtype):
+    x = [_data((3, 5), dtype, seed=1), _data((3, 5), dtype, seed=2)]
+    attrs = {"start_index": 1, "length": 3}
+    check_as_given("partial_concat_grad", {"x": x, "out_grad": _data((3, 6), dtype, seed=3)}, attrs,
+                   oracle=_partial_oracle("partial_concat"))
+    if dtype in ("int32", "int64"):
+        check_as_given("partial_sum_grad", {"x": x, "out_grad": _data((3, 3), dtype, seed=4)}, attrs,
+                       oracle=_partial_oracle("partial_sum"))
+
+
+@pytest.mark.parametrize("dtype", ("bool", "int32", "int64"))
+def test_fill_grad_ints(dtype):
+    check_as_given("fill_grad", {"out_grad": _data((3, 4), dtype)}, {"value": 2.5})

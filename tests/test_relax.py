@@ -56,8 +56,14 @@ def test_coverage_adds_gradients_tvm_lacks(gradients):
         assert rows[op] == (gradients[op], False), op
     assert rows["relax.nn.relu"] == ("relu_grad", True)            # ours shadows TVM's
     assert rows["relax.matmul"] == ("bmm_grad", True)
-    assert len([r for r in rows.values() if r[0]]) == len(gradients) >= 60
-    assert len([r for r in rows.values() if r[0] and not r[1]]) >= 38
+    for op in ("relax.nn.batch_norm", "relax.strided_slice", "relax.nn.adaptive_avg_pool2d", "relax.nn.conv1d",
+               "relax.nn.conv2d_transpose", "relax.max", "relax.nn.pad", "relax.tile"):
+        assert rows[op] == (gradients[op], False), op             # no gradient in TVM or backward.yaml
+    assert rows["relax.nn.batch_norm"][0] == "batch_norm_grad"
+    for op in ("relax.logical_not", "relax.argmax", "relax.isnan"):
+        assert rows[op] == ("no_grad", False), op
+    assert len([r for r in rows.values() if r[0]]) == len(gradients) >= 100
+    assert len([r for r in rows.values() if r[0] and r[0] != "no_grad" and not r[1]]) >= 53
 
 
 def _adjoint(build_body, arrays):
@@ -300,7 +306,9 @@ def test_cnn_training_step_matches_paddle():
     fc = rng.standard_normal((256, 5)).astype("float32") * 0.1
     labels = rng.integers(0, 5, 2).astype("int64")
     grad_mod = relax.transform.Gradient("main")(_cnn_module())
-    assert {"conv2d_grad", "relu_grad", "layer_norm_grad", "log_softmax_grad"} <= _tvmgrad_kernels(grad_mod)
+    used = _tvmgrad_kernels(grad_mod)
+    assert {"relu_grad", "layer_norm_grad", "log_softmax_grad"} <= used
+    assert {"conv2d_data_grad", "conv2d_filter_grad"} <= used      # dx and dw as two kernels
     loss, grads = _vm(grad_mod)["main_adjoint"](*map(tvm.runtime.tensor, (x, w, gamma, beta, fc, labels)))
     want_loss, want = _cnn_paddle(x, w, gamma, beta, fc, labels)
     np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5)
@@ -366,7 +374,7 @@ def test_mean_gradient_uses_mean_all_grad(axis, keepdims, kernel):
     x = rng.standard_normal((2, 3)).astype("float32")
     used, (gx,) = _adjoint(lambda a: relax.op.multiply(relax.op.mean(a, axis=axis, keepdims=keepdims),
                                                        relax.const(3.0, "float32")), [x])
-    assert ("mean_all_grad" in used) == kernel       # other axes: TVM's own gradient
+    assert ("mean_all_grad" in used) == kernel       # other axes: broadcast back in Relax
     np.testing.assert_allclose(gx, np.full_like(x, 3.0 / (6 if kernel else 3)), rtol=1e-6)
 
 
@@ -691,3 +699,315 @@ def test_norm_gradients_with_a_symbolic_batch_match_static_ones(norm):
         _, want = _vm(graph(rows))["main_adjoint"](*args)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# Non-differentiable inputs, every form of an op, batch_norm and the other ops real models emit
+
+def test_non_differentiable_inputs_are_no_grad(gradients):
+    """where's condition, nll_loss's labels, take's indices: no_grad, so the Gradient pass never
+    walks into the boolean/integer subgraphs computing them (logical_not has no gradient
+    anywhere; argmax gets no_grad from tvmgrad)."""
+    rng = np.random.default_rng(40)
+    x = rng.standard_normal((3, 5)).astype("float32")
+    t = rng.standard_normal((3, 5)).astype("float32")
+
+    def body(a, b):
+        mask = relax.op.logical_not(relax.op.equal(a, relax.const(float("-inf"), "float32")))
+        masked = relax.op.where(mask, relax.op.nn.log_softmax(a, axis=-1), relax.op.zeros_like(a))
+        labels = relax.op.argmax(b, axis=1)
+        return relax.op.nn.nll_loss(masked, labels)
+
+    used, (gx, gt) = _adjoint(body, [x, t])
+    assert {"where_grad", "nll_loss_grad", "log_softmax_grad"} <= used
+    import paddle
+    import paddle.nn.functional as F
+    a = paddle.to_tensor(x, stop_gradient=False)
+    F.nll_loss(F.log_softmax(a, axis=-1), paddle.to_tensor(t).argmax(1)).backward()
+    want = a.grad.numpy()
+    np.testing.assert_allclose(gx, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(gt, np.zeros_like(t))       # argmax: nothing flows back
+    assert gradients["relax.logical_not"] == gradients["relax.argmax"] == "no_grad"
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 5), (2, 5, 3), (2, 5, 2, 3), (2, 5, 2, 1, 3)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_nll_loss_gradient_takes_every_rank(shape, reduction):
+    """(C,), (N, C), (N, C, d1...dk): the kernel takes ranks 2 and 4, the rest are viewed."""
+    import paddle
+    import paddle.nn.functional as F
+    rng = np.random.default_rng(41)
+    pred = rng.standard_normal(shape).astype("float32")
+    lab_shape = () if len(shape) == 1 else (shape[0],) + shape[2:]
+    labels = rng.integers(0, 5, lab_shape).astype("int64")
+    if labels.ndim:
+        labels.flat[0] = -100                                  # ignored
+    weight = rng.random(5).astype("float32")
+    cot = rng.standard_normal(lab_shape).astype("float32")
+    used, (gx, _, _) = _adjoint(lambda p, lab, w, c: relax.op.multiply(
+        relax.op.nn.nll_loss(p, lab, w, reduction=reduction), c if reduction == "none" else relax.const(1.0)),
+        [pred, labels, weight, cot])
+    assert "nll_loss_grad" in used
+    p = paddle.to_tensor(pred if len(shape) > 1 else pred[None], stop_gradient=False)
+    lab = paddle.to_tensor(labels if labels.ndim else labels[None])
+    loss = F.nll_loss(p, lab, weight=paddle.to_tensor(weight), reduction=reduction)
+    (loss * paddle.to_tensor(cot.reshape(loss.shape)) if reduction == "none" else loss).sum().backward()
+    np.testing.assert_allclose(gx, p.grad.numpy().reshape(shape), rtol=1e-5, atol=1e-6)
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _torch_grads(fn, arrays):
+    torch = _torch()
+    ts = [torch.tensor(a, requires_grad=a.dtype.kind == "f") for a in arrays]
+    fn(*ts).sum().backward()
+    return [np.zeros_like(a) if t.grad is None else t.grad.numpy() for t, a in zip(ts, arrays) if t.requires_grad]
+
+
+@pytest.mark.parametrize("layout,axis,shape", [("NCHW", 1, (2, 4, 3, 3)), ("NHWC", 3, (2, 3, 3, 4)),
+                                               ("NC", 1, (5, 4)), ("NCL", 1, (2, 4, 3))])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_gradient(layout, axis, shape, training):
+    """Training: batch statistics (recomputed), moving statistics no_grad; eval: the moving
+    statistics are constants. Float64, to the last bits (float32 loses them to cancellation)."""
+    torch = _torch()
+    rng = np.random.default_rng(42)
+    x, w = (rng.standard_normal(shape) for _ in range(2))
+    C = shape[axis]
+    gamma, beta, mean = (rng.standard_normal(C) for _ in range(3))
+    var = rng.random(C) + 0.5
+
+    def body(a, c, g, b, m, v):
+        out = relax.op.nn.batch_norm(a, g, b, m, v, axis=axis, training=training, epsilon=1e-5)
+        return relax.op.multiply(relax.TupleGetItem(out, 0), c)
+
+    used, got = _adjoint(body, [x, w, gamma, beta, mean, var])
+    assert "batch_norm_grad" in used
+    perm = [0, axis] + [i for i in range(1, len(shape)) if i != axis]
+
+    def reference(a, c, g, b, m, v):
+        y = torch.nn.functional.batch_norm(a.permute(*perm), m.detach(), v.detach(), g, b,
+                                           training=training, eps=1e-5)
+        return y.permute(*np.argsort(perm).tolist()) * c
+
+    want = _torch_grads(reference, [x, w, gamma, beta, mean, var])
+    _check([got[0], got[2], got[3]], [want[0], want[2], want[3]], rtol=1e-10, atol=1e-10)
+    np.testing.assert_array_equal(got[4], 0)                    # moving statistics: no_grad
+    np.testing.assert_array_equal(got[5], 0)
+
+
+def test_batch_norm_gradient_with_a_symbolic_batch():
+    n = tirx.Var("n", "int64")
+    ps = [relax.Var("x", relax.TensorType((n, 3, 4), "float32")),
+          relax.Var("g", relax.TensorType((3,), "float32")), relax.Var("b", relax.TensorType((3,), "float32"))]
+    stats = [relax.const(np.zeros(3, "float32")), relax.const(np.ones(3, "float32"))]
+    bb = relax.BlockBuilder()
+    with bb.function("main", ps):
+        with bb.dataflow():
+            y = relax.TupleGetItem(relax.op.nn.batch_norm(ps[0], ps[1], ps[2], *stats, axis=1), 0)
+            out = bb.emit_output(bb.emit(relax.op.sum(relax.op.multiply(y, y))))
+        bb.emit_func_output(out)
+    vm = _vm(relax.transform.Gradient("main", require_grads=ps)(bb.get()))
+    torch = _torch()
+    rng = np.random.default_rng(43)
+    g, b = rng.standard_normal(3).astype("float32"), rng.standard_normal(3).astype("float32")
+    for rows in (2, 5):
+        x = rng.standard_normal((rows, 3, 4)).astype("float32")
+        _, got = vm["main_adjoint"](*map(tvm.runtime.tensor, (x, g, b)))
+        want = _torch_grads(lambda a, gg, bb_: torch.nn.functional.batch_norm(
+            a, torch.zeros(3), torch.ones(3), gg, bb_, training=True) ** 2, [x, g, b])
+        _check([t.numpy() for t in got], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("data,kernel,groups,shape,stride", [
+    ("NCHW", "OIHW", 1, (2, 8, 2, 2), 1), ("NCHW", "OIHW", 1, (2, 3, 16, 16), 2),
+    ("NCHW", "OIHW", 2, (2, 8, 8, 8), 1), ("NHWC", "OIHW", 1, (2, 8, 8, 8), 1),
+    ("NHWC", "HWIO", 1, (2, 3, 3, 8), 1)])
+def test_conv2d_gradient_every_layout(data, kernel, groups, shape, stride):
+    """Direct and GEMM (small feature maps) kernels, groups; layouts other than NCHW/NHWC with
+    OIHW filters through permute_dims (TVM's own gradient takes NCHW/OIHW only)."""
+    torch = _torch()
+    rng = np.random.default_rng(44)
+    x = rng.standard_normal(shape).astype("float32")           # in `data` layout
+    xt = x.transpose([data.index(c) for c in "NCHW"])
+    O = 8
+    w_oihw = rng.standard_normal((O, xt.shape[1] // groups, 3, 3)).astype("float32")
+    w = w_oihw.transpose(["OIHW".index(c) for c in kernel])
+    y = torch.nn.functional.conv2d(torch.tensor(xt), torch.tensor(w_oihw), stride=stride, padding=1, groups=groups)
+    c_nchw = rng.standard_normal(tuple(y.shape)).astype("float32")
+    c = c_nchw.transpose([data.index(ch) for ch in "NCHW"]).transpose(np.argsort([data.index(ch) for ch in "NCHW"]))
+    c = np.ascontiguousarray(c_nchw.transpose(["NCHW".index(ch) for ch in data]))
+    used, (gx, gw, _) = _adjoint(lambda a, b, cc: relax.op.multiply(relax.op.nn.conv2d(
+        a, b, strides=[stride] * 2, padding=[1] * 4, groups=groups, data_layout=data, kernel_layout=kernel), cc),
+        [np.ascontiguousarray(x), np.ascontiguousarray(w), c])
+    assert "conv2d_filter_grad" in used and not {"conv2d_grad"} & used
+    want_x, want_w = _torch_grads(lambda a, b: torch.nn.functional.conv2d(
+        a, b, stride=stride, padding=1, groups=groups) * torch.tensor(c_nchw), [xt, w_oihw])
+    _check([gx, gw], [want_x.transpose(["NCHW".index(ch) for ch in data]),
+                      want_w.transpose(["OIHW".index(ch) for ch in kernel])], rtol=1e-4, atol=1e-4)
+
+
+def test_conv1d_and_conv2d_transpose_gradients():
+    torch = _torch()
+    rng = np.random.default_rng(45)
+    x, w = rng.standard_normal((2, 3, 9)).astype("float32"), rng.standard_normal((4, 3, 3)).astype("float32")
+    used, got = _adjoint(lambda a, b: relax.op.power(relax.op.nn.conv1d(a, b, strides=[2], padding=[1, 1]),
+                                                     relax.const(2.0)), [x, w])
+    assert "conv2d_filter_grad" in used
+    _check(got, _torch_grads(lambda a, b: torch.nn.functional.conv1d(a, b, stride=2, padding=1) ** 2, [x, w]),
+           rtol=1e-4, atol=1e-4)
+    x, w = rng.standard_normal((2, 3, 4, 4)).astype("float32"), rng.standard_normal((3, 4, 3, 3)).astype("float32")
+    used, got = _adjoint(lambda a, b: relax.op.power(relax.op.nn.conv2d_transpose(
+        a, b, strides=[2, 2], padding=[1, 1, 1, 1], output_padding=[1, 1]), relax.const(2.0)), [x, w])
+    assert {"conv2d_filter_grad"} <= used
+    _check(got, _torch_grads(lambda a, b: torch.nn.functional.conv_transpose2d(
+        a, b, stride=2, padding=1, output_padding=1) ** 2, [x, w]), rtol=1e-4, atol=1e-3)
+
+
+def test_slicing_padding_tiling_and_pooling_gradients():
+    torch = _torch()
+    rng = np.random.default_rng(46)
+    x = rng.standard_normal((2, 8, 8)).astype("float32")
+    sq = lambda e: relax.op.power(e, relax.const(2.0))  # noqa: E731
+    cases = [
+        (lambda a: sq(relax.op.strided_slice(a, [1, 2], [-7, 1], [8, 8], [3, 2])), lambda a: a[:, -7::3, 1::2] ** 2,
+         "strided_slice_grad"),
+        (lambda a: sq(relax.op.strided_slice(a, [1], [6], [0], [-2])), lambda a: a.flip(1)[:, 1:7:2] ** 2, None),
+        (lambda a: sq(relax.op.nn.pad(a, [0, 0, 1, 2, 3, 0])), lambda a: torch.nn.functional.pad(a, (3, 0, 1, 2)) ** 2,
+         None),
+        (lambda a: sq(relax.op.tile(a, [2, 1, 1, 3])), lambda a: a.repeat(2, 1, 1, 3) ** 2, None),
+        (lambda a: sq(relax.op.nn.adaptive_avg_pool2d(relax.op.expand_dims(a, [0]), (2, 4))),
+         lambda a: torch.nn.functional.adaptive_avg_pool2d(a[None], (2, 4)) ** 2, None),
+        (lambda a: sq(relax.op.nn.adaptive_avg_pool2d(relax.op.expand_dims(a, [0]), (3, 5))),
+         lambda a: torch.nn.functional.adaptive_avg_pool2d(a[None], (3, 5)) ** 2, "adaptive_avg_pool2d_grad"),
+        (lambda a: sq(relax.op.max(a, axis=[2])), lambda a: a.amax(2) ** 2, None),
+        (lambda a: sq(relax.op.min(a)), lambda a: a.amin() ** 2, None),
+        (lambda a: sq(relax.op.tril(a, 1)), lambda a: torch.tril(a, 1) ** 2, None),
+        (lambda a: sq(relax.op.nn.layer_norm(a, relax.const(np.linspace(0.5, 1.5, 8).astype("float32")),
+                                             relax.const(np.zeros(8, "float32")), axes=[1])),
+         lambda a: torch.nn.functional.layer_norm(a.transpose(1, 2), (8,), torch.linspace(0.5, 1.5, 8)
+                                                  ).transpose(1, 2) ** 2, "layer_norm_grad"),
+    ]
+    for build, reference, kernel in cases:
+        used, (gx,) = _adjoint(build, [x])
+        assert kernel is None or kernel in used
+        np.testing.assert_allclose(gx, _torch_grads(reference, [x])[0], rtol=1e-5, atol=1e-5)
+    x[0, 1, 2] = x[0, 1, 5] = 9.0                          # ties share the grad (torch's amax)
+    _, (gx,) = _adjoint(lambda a: relax.op.max(a, axis=[2]), [x])
+    assert gx[0, 1, 2] == gx[0, 1, 5] == 0.5
+
+
+def test_atan2_gradient_broadcasts_both_ways():
+    rng = np.random.default_rng(47)
+    x, y = rng.standard_normal((4, 1)).astype("float32"), rng.standard_normal((1, 5)).astype("float32")
+    used, (gx, gy) = _adjoint(lambda a, b: relax.op.atan2(a, b), [x, y])
+    assert "atan2_grad" in used
+    d = x * x + y * y
+    _check([gx, gy], [(y / d).sum(1, keepdims=True), (-x / d).sum(0, keepdims=True)], rtol=1e-5)
+
+
+def test_relu_gradient_at_zero_is_zero_as_in_paddle():
+    """Paddle's (and torch's) convention: relu'(0) = 0 (TVM's own gradient says 1)."""
+    x = np.array([-1.0, 0.0, 2.0], dtype="float32")
+    used, (gx,) = _adjoint(lambda a: relax.op.nn.relu(a), [x])
+    assert "relu_grad" in used
+    np.testing.assert_array_equal(gx, [0.0, 0.0, 1.0])
+
+
+def test_the_default_pipeline_schedules_every_tvmgrad_kernel():
+    """register_gradients() installs the tvmgrad steps in front of tvm.compile's default
+    pipeline: a training step compiles scheduled without schedule_kernels."""
+    from tvmgrad.relax import passes
+    grad_mod = relax.transform.Gradient("main")(_cnn_module())
+    assert passes.has_tvmgrad_kernels(grad_mod)
+    with tvm.target.Target("llvm"):
+        mod = grad_mod
+        for step in passes._tvmgrad_steps(passes._current(None), True):
+            mod = step(mod)
+    ours = [f for f in mod.functions.values()
+            if isinstance(f, tirx.PrimFunc) and f.attrs is not None and "tvmgrad.op" in f.attrs]
+    assert ours and all("tirx.is_scheduled" in f.attrs for f in ours)
+    assert {"conv2d", "matmul"} <= {str(f.attrs["tvmgrad.op"]) for f in ours}      # the forward too
+    # through tvm.compile itself: the same as the explicit pipeline, and as without the forward
+    rng = np.random.default_rng(48)
+    args = [rng.standard_normal((2, 3, 8, 8)), rng.standard_normal((4, 3, 3, 3)) * 0.3,
+            1 + 0.1 * rng.standard_normal((4, 8, 8)), 0.1 * rng.standard_normal((4, 8, 8)),
+            rng.standard_normal((256, 5)) * 0.1]
+    args = [a.astype("float32") for a in args] + [np.array([1, 3], "int64")]
+    a = _vm(grad_mod)["main_adjoint"](*map(tvm.runtime.tensor, args))
+    b = relax.VirtualMachine(tvm.compile(grad_mod, target="llvm", relax_pipeline=tr.pipeline()),
+                             tvm.cpu())["main_adjoint"](*map(tvm.runtime.tensor, args))
+    passes.configure(forward=False)
+    try:
+        c = _vm(grad_mod)["main_adjoint"](*map(tvm.runtime.tensor, args))
+    finally:
+        passes.configure(forward=True)
+    for x, y, z in zip(a[1], b[1], c[1]):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(x.numpy(), z.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")
+def test_training_graph_compiles_for_cuda_without_schedule_kernels():
+    """The default pipeline schedules the tvmgrad kernels for the target being compiled for
+    (batch_norm_grad, the conv kernels), so a CUDA build needs no extra step either."""
+    rng = np.random.default_rng(49)
+    x = relax.Var("x", relax.TensorType((2, 4, 6, 6), "float32"))
+    w = relax.Var("w", relax.TensorType((8, 4, 3, 3), "float32"))
+    g = relax.Var("g", relax.TensorType((8,), "float32"))
+    b = relax.Var("b", relax.TensorType((8,), "float32"))
+    stats = [relax.const(np.zeros(8, "float32")), relax.const(np.ones(8, "float32"))]
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, w, g, b]):
+        with bb.dataflow():
+            c = relax.op.nn.conv2d(x, w, padding=[1, 1, 1, 1])
+            y = relax.TupleGetItem(relax.op.nn.batch_norm(c, g, b, *stats, axis=1, training=True), 0)
+            out = bb.emit_output(bb.emit(relax.op.sum(relax.op.nn.relu(y))))
+        bb.emit_func_output(out)
+    grad_mod = relax.transform.Gradient("main")(bb.get())
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_80"}, host="llvm")
+    ex = tvm.compile(grad_mod, target=target)
+    device = ex.mod._collect_from_import_tree(lambda m: m.kind == "cuda")
+    source = "\n".join(m.inspect_source() for m in device)
+    for op in _tvmgrad_kernels(grad_mod):
+        assert f"{op}_" in source, f"{op} has no CUDA kernel in the compiled graph"
+    del rng
+
+
+@pytest.mark.parametrize("case", ["where", "nll_loss", "take", "broadcast_to", "clip", "strided_slice",
+                                  "batch_norm", "argmax", "int_where"])
+def test_rules_return_no_grad_exactly_at_non_differentiable_inputs(case):
+    """As TVM's own rules do (tests/python/relax/test_op_gradient_numeric.py's check): a
+    no_grad call at every condition, label, index, shape or moving statistic, and nowhere else."""
+    f32 = lambda *s: relax.Var("f", relax.TensorType(s, "float32"))  # noqa: E731
+    i64 = lambda *s: relax.Var("i", relax.TensorType(s, "int64"))  # noqa: E731
+    cond = relax.Var("c", relax.TensorType((3, 4), "bool"))
+    R = relax.op
+    call, ignored = {
+        "where": (lambda: R.where(cond, f32(3, 4), f32(3, 4)), {0}),
+        "nll_loss": (lambda: R.nn.nll_loss(f32(2, 5, 3), i64(2, 3), f32(5)), {1, 2}),
+        "take": (lambda: R.take(f32(3, 4), i64(2), axis=1), {1}),
+        "broadcast_to": (lambda: R.broadcast_to(f32(3, 1), (3, 4)), {1}),
+        "clip": (lambda: R.clip(f32(3, 4), 0.0, 1.0), {1, 2}),
+        "strided_slice": (lambda: R.strided_slice(f32(3, 4), [1], [1], [3]), {1, 2, 3}),
+        "batch_norm": (lambda: R.nn.batch_norm(f32(2, 4, 3), f32(4), f32(4), f32(4), f32(4), axis=1), {3, 4}),
+        "argmax": (lambda: R.argmax(f32(3, 4), axis=1), {0}),
+        "int_where": (lambda: R.where(cond, i64(3, 4), i64(3, 4)), {0, 1, 2}),    # an integer result
+    }[case]
+    bb = relax.BlockBuilder()
+    with bb.function("main", []):
+        with bb.dataflow():
+            c = bb.normalize(call())
+            out = bb.emit(c)
+            grad = bb.emit(relax.op.ones_like(out) if not isinstance(out.ty, relax.TupleType)
+                           else relax.Tuple([relax.op.ones_like(relax.TupleGetItem(out, i))
+                                             for i in range(len(out.ty.fields))]))
+            grads = tvm.ir.Op.get(str(c.op.name)).get_attr("FPrimalGradient")(out, c, grad, bb)
+            bb.emit_output(relax.const(0.0))
+        bb.emit_func_output(relax.const(0.0))
+    no_grad = tvm.ir.Op.get("relax.grad.no_grad")
+    got = {i for i, g in enumerate(grads) if isinstance(g, relax.Call) and g.op.same_as(no_grad)}
+    assert got == ignored

@@ -5,7 +5,19 @@ from __future__ import annotations
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered"]
+__all__ = ["lower", "compile_plan", "compile_plans", "compile_lowered", "element_aligned",
+           "BUFFER_ALIGNMENT"]
+
+# What a CPU kernel assumes of its buffers' addresses: "element" (each buffer starts on a multiple
+# of its element size, as every numpy/torch array does) instead of TVM's default 64 bytes. TVM
+# declares every buffer 64-byte aligned (``align 64`` on the LLVM parameters and an
+# ``llvm.assume``), so LLVM may emit aligned vector moves, and a caller had to copy each ordinary
+# (16-byte aligned) numpy array into an aligned buffer first; ``element_aligned`` declares the
+# element size instead, so vector loads are unaligned ones (``vmovups``: as fast on aligned data)
+# and arrays are passed as they are. CUDA kernels keep TVM's 64 bytes (their vectorised loads
+# need the vector's alignment; device allocations are aligned anyway, and the runtime copies a
+# misaligned device view).
+BUFFER_ALIGNMENT = {"llvm": "element"}
 
 
 def lower(plan: Plan, target: Resolved):
@@ -16,12 +28,56 @@ def lower(plan: Plan, target: Resolved):
         # the exact function meta_schedule measured (loads inlined: TVM's vectoriser mishandles
         # let-bound scalars under an explicit vectorize)
         func = plan.make_static(inline=True).with_attr("global_symbol", plan.symbol)
-        return apply_trace(func, plan.trace)
+        return _realign(apply_trace(func, plan.trace), target)
     func = plan.make().with_attr("global_symbol", plan.symbol)
     if plan.narrow_index:
         import tvm
         func = tvm.tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
-    return schedules.apply(func, target.target, plan.pattern)
+    return _realign(schedules.apply(func, target.target, plan.pattern), target)
+
+
+def _realign(mod, target: Resolved):
+    """The scheduled module with its buffers declared as the target's runtime guarantees them
+    (``BUFFER_ALIGNMENT``)."""
+    if BUFFER_ALIGNMENT.get(target.kind) != "element":
+        return mod
+    import tvm
+    return tvm.IRModule({gv.name_hint: element_aligned(f) for gv, f in mod.functions.items()})
+
+
+def element_aligned(func):
+    """``func`` with every buffer parameter declared aligned to its element size only (TVM
+    declares 64 bytes): its code then takes any array whose address is a multiple of the element
+    size (``llvm.assume``/``align`` attributes and aligned vector moves disappear from the IR).
+
+    In TVM 0.27 a buffer is a ``Var`` whose ``BufferType`` carries ``data_alignment``; the
+    parameters are such vars, so the function is rebuilt with new ones and every use in the body
+    substituted (``BufferReplacer``)."""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.tirx.buffer import decl_buffer, is_buffer_var
+    from tvm.tirx.transform.common import BufferReplacer
+    mapping, params = {}, []
+    for p in func.params:
+        if not is_buffer_var(p):
+            params.append(p)
+            continue
+        t = p.ty
+        dt = t.dtype.dtype if hasattr(t.dtype, "dtype") else t.dtype
+        d = tvm_ffi.dtype(str(dt))
+        element = max(1, d.bits * d.lanes // 8)
+        if t.data_alignment <= element:
+            params.append(p)
+            continue
+        new = decl_buffer(list(t.shape), str(dt), p.name, None, list(t.strides), t.elem_offset,
+                          t.storage_scope, element, t.offset_factor, layout=t.layout)
+        if list(t.allocated_addr):
+            new = new.with_allocated_addr(list(t.allocated_addr))
+        mapping[p] = new
+        params.append(new)
+    if not mapping:
+        return func
+    return tirx.PrimFunc(params, BufferReplacer(mapping)(func.body), func.ret_type, func.attrs)
 
 
 def compile_plan(plan: Plan, target: Resolved):

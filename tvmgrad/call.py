@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import rt
 from .dtypes import dtype as as_dtype
 from .infer_meta import TensorMeta
 from .spec import OpSpec, Param
@@ -128,15 +129,29 @@ def coerce_attr(op: str, param: Param, value: Any) -> Any:
 
 
 def _as_array(op: str, name: str, value: Any, allow_meta: bool):
+    """A tensor argument as the runtime holds it: a numpy array (numbers and lists become one), a
+    ``rt.Foreign`` for any other array with ``__dlpack__`` (torch, paddle, jax, cupy, tvm_ffi; CPU
+    or CUDA: its shape, dtype and device are read without converting it), or a TensorMeta."""
     if isinstance(value, TensorMeta):
         if not allow_meta:
             raise TypeError(f"{op}: input {name!r} must hold data (only no_need_buffer inputs "
                             f"may be given as a TensorMeta)")
         return value
-    if isinstance(value, (numbers.Number, list, tuple)) or hasattr(value, "__array__"):
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "__dlpack__"):
+        try:
+            return rt.Foreign(value)
+        except TypeError as exc:
+            raise TypeError(f"{op}: input {name!r}: {exc}") from None
+        except (ValueError, BufferError, RuntimeError) as exc:
+            raise ValueError(f"{op}: input {name!r} ({type(value).__name__}) cannot be read by "
+                             f"DLPack: {exc}") from None
+    elif isinstance(value, (numbers.Number, list, tuple)) or hasattr(value, "__array__"):
         arr = np.asarray(value)
     else:
-        raise TypeError(f"{op}: input {name!r} must be an array, got {type(value).__name__}")
+        raise TypeError(f"{op}: input {name!r} must be an array (numpy, or any object with "
+                        f"__dlpack__), got {type(value).__name__}")
     try:
         as_dtype(arr.dtype)
     except TypeError:

@@ -65,19 +65,50 @@ COMPLEX = ("complex64", "complex128")
 INTS = ("int32", "int64")
 
 
+_BY_KEY: dict = {}          # dtype objects seen before (numpy, torch, paddle, tvm_ffi, names) -> DType
+
+# other spellings of our dtype names: torch/paddle print theirs with a prefix (torch.float32,
+# paddle.bfloat16), DLPack/tvm_ffi and TVM use bare names, torch has aliases
+_ALIASES = {"float": "float32", "double": "float64", "half": "float16", "cfloat": "complex64",
+            "cdouble": "complex128", "long": "int64", "int": "int32", "short": "int16",
+            "uint1": "bool"}
+
+
 def dtype(x) -> DType:
-    """The DType of a name, numpy dtype, DType or array."""
+    """The DType of a name, a dtype object (numpy, ml_dtypes, torch, paddle, jax, cupy, tvm_ffi),
+    a DType, or an array of any of those frameworks."""
     if isinstance(x, DType):
         return x
+    try:
+        return _BY_KEY[x]
+    except (KeyError, TypeError):          # unseen, or unhashable (a numpy array)
+        pass
+    key = x
     if hasattr(x, "dtype") and not isinstance(x, (np.dtype, type)):
         x = x.dtype
+        key = None                         # never memoise an array, only dtype objects
+        if isinstance(x, DType):
+            return x
+        try:
+            return _BY_KEY[x]
+        except (KeyError, TypeError):
+            key = x
     try:
         name = np.dtype(x).name
     except TypeError:
         name = str(x)
     if name not in _ALL:
-        raise TypeError(f"unsupported dtype {name!r}; tvmgrad handles {sorted(_ALL)}")
-    return _ALL[name]
+        name = name.rpartition(".")[2]     # torch.bfloat16, paddle.float32
+        name = _ALIASES.get(name, name)
+    if name not in _ALL:
+        raise TypeError(f"unsupported dtype {str(x)!r}; tvmgrad handles {sorted(_ALL)}")
+    result = _ALL[name]
+    if key is not None:
+        try:
+            _BY_KEY[key] = result
+        except TypeError:
+            pass
+    return result
 
 
 def to_compute(value, dt: DType):

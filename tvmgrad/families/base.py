@@ -9,12 +9,13 @@ shapes). The runtime, the cache, AOT libraries and Relax all consume Plans and n
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..dtypes import FLOATS, DType
 
-__all__ = ["Arg", "Plan", "OpImpl", "OpError"]
+__all__ = ["Arg", "Plan", "OpImpl", "OpError", "scalar_arg"]
 
 
 class OpError(ValueError):
@@ -36,6 +37,18 @@ class Arg:
     shape: tuple[int, ...] | None = None
     dtype: str | None = None
     value: Any = None
+
+
+def scalar_arg(op: str, name: str, dtype: str, value) -> Arg:
+    """The kernel parameter of a runtime attribute: a float attribute of a float kernel as it is;
+    of an integer/bool kernel truncated toward 0 (as C++'s static_cast; TVM refuses a Python float
+    for an integer parameter), an error where the value has no such integer (inf, NaN)."""
+    value = float(value)
+    if dtype.startswith(("int", "uint", "bool")):
+        if not math.isfinite(value):
+            raise ValueError(f"{op}: attribute {name!r} = {value} has no {dtype} value")
+        value = bool(value) if dtype == "bool" else int(value)
+    return Arg("scalar", name, dtype=dtype, value=value)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Callable
 
 from ..dtypes import FLOATS, DType, to_compute
 from ..infer_meta import MetaError, broadcast_shapes, is_one, same_dim, same_shape
-from .base import Arg, OpError, OpImpl, Plan
+from .base import Arg, OpError, OpImpl, Plan, scalar_arg
 
 __all__ = ["pointwise", "Pointwise", "RUNTIME_ATTR_TYPES"]
 
@@ -101,7 +101,7 @@ class Pointwise(OpImpl):
         runtime = self.runtime_attrs(spec)
         static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
         args = ([Arg("input", n, shape=view[n]) for n in present if n not in spec.no_need_buffer]
-                + [Arg("scalar", n, dtype=scalar_dtype, value=float(call.attrs[n])) for n in runtime]
+                + [scalar_arg(op, n, scalar_dtype, call.attrs[n]) for n in runtime]
                 + [Arg("output", n, shape=view[n]) for n in out_names])
         return groups, masks, runtime, static, args
 

@@ -18,6 +18,13 @@ that one kernel serves every size *and* every value of the attributes that do no
 * ``shape_only=("xshape", ...)``: inputs whose data is never read (besides the YAML
   no_need_buffer ones): any dtype, never passed to the kernel.
 
+Dtypes (``dtypes=``): complex64/128 tensors reach the builder with the trailing (re, im) dim of 2
+that the runtime passes (after the dims of their view; ``pair()`` tells the builder, so an index
+map writes ``lambda o, j, *c: g[o, j + off, *c]`` and both parts move alike). Integer and bool
+kernels compute in their own dtype; a float runtime attribute of such a kernel is passed as that
+dtype (truncated toward 0, as C++'s static_cast); ``reduce_to`` sums integers wrapping, as
+Paddle's kernels do, and bools as a logical OR (a count != 0).
+
 ``@alias_op(source=...)``: every output is ``source``'s data reshaped (squeeze/unsqueeze/flatten/
 view grads): a Plan without a kernel (``aliases``); the runtime returns a view when the caller
 passes ``alias=True`` and a copy otherwise. When an output's dtype differs from the source's
@@ -28,15 +35,24 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from typing import Callable
 
 from ..dtypes import DType
-from .base import Arg, OpError, Plan
+from .base import Arg, OpError, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
 from .tensor import TensorOp, builder_kwargs, call_builder, output_params
 
 __all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
-           "reduce_to", "coalesce", "is_one"]
+           "reduce_to", "coalesce", "is_one", "pair"]
+
+_BUILD = threading.local()
+
+
+def pair() -> bool:
+    """Is the kernel being built complex? Then every complex tensor has one more innermost dim of
+    2 (re, im) than its view."""
+    return bool(getattr(_BUILD, "pair", False))
 
 
 def _as_list(meta):
@@ -125,7 +141,8 @@ class ShapeOp(TensorOp):
                 args += [Arg("input", n, index=i, shape=in_shapes[n][i]) for i in range(len(metas[n]))]
             else:
                 args.append(Arg("input", n, shape=in_shapes[n]))
-        args += [Arg("scalar", n, dtype=dt.compute, value=float(attrs[n])) for n in f_runtime]
+        args += [scalar_arg(op, n, dt.compute, attrs[n])
+                 for n in f_runtime]
         for n in i_runtime:
             v = attrs[n]
             if isinstance(v, (list, tuple)):
@@ -147,11 +164,13 @@ class ShapeOp(TensorOp):
 
     # -- TE -----------------------------------------------------------------------------------
     def _build(self, spec, dt: DType, metas, in_shapes, units, outs, f_runtime, i_runtime, attrs):
-        from tvm import te
+        from tvm import te, tirx
 
         def holder(name, shape, meta, mask):
             dims = [1 if (mask and mask[d]) else te.var(f"{name}_d{d}", "int64")
                     for d in range(len(shape))]
+            if meta.dtype.lanes == 2:
+                dims.append(tirx.IntImm("int64", 2))        # complex: the (re, im) pair
             return te.placeholder(dims, meta.dtype.storage, name=name)
 
         tensors = {}
@@ -173,7 +192,12 @@ class ShapeOp(TensorOp):
             else:
                 ints[n] = te.var(n, "int64")
                 flat_ints.append(ints[n])
-        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
+        previous = getattr(_BUILD, "pair", False)
+        _BUILD.pair = dt.lanes == 2
+        try:
+            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
+        finally:
+            _BUILD.pair = previous
         skip = self._skip(spec)
         params = []
         for n in metas:
@@ -250,11 +274,17 @@ def is_one(dim) -> bool:
 
 def reduce_to(g, keep, name, out_dtype=None):
     """``out[i] = Σ g[...]`` over the dims of ``g`` not in ``keep`` (a bool per dim of g; those
-    dims have size 1 in ``out``), accumulated in the compute dtype and stored in ``out_dtype``
-    (g's by default). Without a dim to reduce it is a plain copy."""
-    from tvm import te
+    dims have size 1 in ``out``; dims of g beyond ``keep``, a complex pair, are kept), accumulated
+    in the compute dtype (integers wrap; bool: a count, stored as != 0) and stored in
+    ``out_dtype`` (g's by default). Without a dim to reduce it is a plain copy."""
+    from tvm import te, tirx
     dt = dt_of(g)
     storage = out_dtype or dt.storage
+    keep = tuple(keep) + (True,) * (len(g.shape) - len(keep))
+    if dt.name == "bool" and any(not k for k in keep):
+        count = te.compute(g.shape, lambda *i: g(*i).astype("int32"), name=f"{name}_count")
+        acc = reduce_to(count, keep, f"{name}_acc")
+        return te.compute(acc.shape, lambda *i: acc(*i) != tirx.const(0, "int32"), name=name)
     shape = [g.shape[d] if keep[d] else 1 for d in range(len(keep))]
     red = [d for d in range(len(keep)) if not keep[d]]
     if not red:

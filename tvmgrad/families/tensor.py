@@ -24,7 +24,7 @@ from typing import Callable
 
 from ..dtypes import FLOATS, DType
 from ..infer_meta import is_symbolic, same_dim
-from .base import Arg, OpImpl, Plan
+from .base import Arg, OpImpl, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
 
 __all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
@@ -85,7 +85,7 @@ class TensorOp(OpImpl):
                 args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
             else:
                 args.append(Arg("input", n))
-        args += [Arg("scalar", n, dtype=dt.compute, value=float(call.attrs[n])) for n in runtime]
+        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
         for o, m in zip(spec.outputs, outs):
             if isinstance(m, list):
                 args += [Arg("output", o.name, index=i) for i in range(len(m))]

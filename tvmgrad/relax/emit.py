@@ -7,7 +7,7 @@ from .. import registry, schedules
 from ..call import bind
 from ..infer_meta import TensorMeta
 
-__all__ = ["emit", "schedule_kernels"]
+__all__ = ["emit", "schedule_kernels", "tvmgrad_kernels"]
 
 
 def _meta(expr) -> TensorMeta:
@@ -57,9 +57,7 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
         # dims, which FuseTIR cannot merge with a neighbour's buffers
         func = func.with_attr("op_pattern", 8)
         if target is not None:
-            from ..targets import resolve
-            func = schedules.apply(func, resolve(target).target, plan.pattern)["main"]
-            func = func.with_attr("tirx.is_scheduled", True)
+            func = _with_attrs(_lowered(plan, target), func)
         else:
             func = _cpu_form(func)
             _PLANS[plan.symbol] = plan
@@ -112,27 +110,50 @@ def _cpu_form(func):
     return func.specialize({flag[0]: tirx.IntImm("int64", 0)}) if flag else func
 
 
-def schedule_kernels(mod, target):
-    """Schedule every unscheduled tvmgrad kernel of a Relax module with tvmgrad's rules for
-    ``target`` (the Relax pipeline then leaves them alone and schedules TVM's own kernels)."""
-    from tvm import tirx
-
+def _lowered(plan, target):
+    """The plan's kernel scheduled for ``target`` by ``tvmgrad.build.lower`` (a tuned trace
+    where the plan has one, else the schedule rules), marked scheduled."""
+    from .. import build
     from ..targets import resolve
-    tgt = resolve(target)
+    tgt = target if hasattr(target, "is_gpu") else resolve(target)
+    return build.lower(plan, tgt)["main"].with_attr("tirx.is_scheduled", True)
+
+
+def _with_attrs(func, like):
+    """``func`` with the attributes of ``like`` it lacks (tvmgrad.op, pattern, op_pattern...)."""
+    for key in like.attrs.keys():
+        if key not in ("tirx.is_scheduled",) and (func.attrs is None or key not in func.attrs):
+            func = func.with_attr(key, like.attrs[key])
+    return func
+
+
+def tvmgrad_kernels(mod) -> dict:
+    """{global var: PrimFunc} of the tvmgrad kernels in a module that are not scheduled yet."""
+    from tvm import tirx
+    return {gvar: func for gvar, func in mod.functions.items()
+            if isinstance(func, tirx.PrimFunc) and func.attrs is not None and "tvmgrad.op" in func.attrs
+            and "tirx.is_scheduled" not in func.attrs}
+
+
+def schedule_kernels(mod, target):
+    """Schedule every unscheduled tvmgrad kernel of a Relax module for ``target`` with
+    ``tvmgrad.build.lower`` (its tuned trace, else tvmgrad's rules); the Relax pipeline then
+    leaves them alone. Kernels emitted in this process are remade from their plans (their
+    target-specific form, not the CPU one); others are scheduled as they are."""
+    from ..targets import resolve
+    tgt = target if hasattr(target, "is_gpu") else resolve(target)
     updates = {}
-    for gvar, func in mod.functions.items():
-        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "tvmgrad.op" not in func.attrs:
-            continue
-        if "tirx.is_scheduled" in func.attrs:
-            continue
+    for gvar, func in tvmgrad_kernels(mod).items():
         plan = _PLANS.get(str(gvar.name_hint))
-        if plan is not None:            # remade: its target-specific form, not the CPU one
-            attrs = {k: func.attrs[k] for k in func.attrs.keys()}
-            func = plan.make()
-            for key, value in attrs.items():
-                func = func.with_attr(key, value)
-        scheduled = schedules.apply(func, tgt.target, str(func.attrs["tvmgrad.pattern"]))["main"]
-        updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True)
+        if plan is not None:
+            scheduled = _lowered(plan, tgt)
+        else:
+            scheduled = schedules.apply(func, tgt.target, str(func.attrs["tvmgrad.pattern"]))["main"]
+            scheduled = scheduled.with_attr("tirx.is_scheduled", True)
+        updates[gvar] = _with_attrs(scheduled, func)
+    if not updates:
+        return mod
+    mod = mod.clone()
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod

@@ -10,7 +10,7 @@ from typing import Callable
 from .emit import _same, emit
 from .tvm_own import tvm_differentiable
 
-__all__ = ["GRADIENTS", "RelaxGrad"]
+__all__ = ["GRADIENTS", "RelaxGrad", "NO_GRAD", "FALLBACKS"]
 
 
 @dataclass(frozen=True)
@@ -21,13 +21,21 @@ class RelaxGrad:
     (its args), its output and the output gradient; ``attrs(call) -> dict`` its attributes;
     ``results`` names, per Relax tensor arg, the YAML output that is its gradient (None: not
     differentiable, a zero gradient). ``custom(ctx, call, out, grad, target) -> [grad per arg]``
-    replaces all that for ops that need extra graph work (layer_norm recomputes its statistics)."""
+    replaces all that for ops that need extra graph work (layer_norm recomputes its statistics).
+    ``local``: the kernel is one tvmgrad.relax builds itself (``kernels.py``; backward.yaml has
+    no such op), ``op`` names it."""
 
     op: str
     inputs: Callable | None
     results: tuple
     attrs: Callable = lambda call: {}
     custom: Callable | None = None
+    local: bool = False
+
+    @property
+    def available(self) -> bool:
+        from .. import registry
+        return self.local or registry.get(self.op).available
 
 
 def _x_g(call, out, grad):
@@ -71,8 +79,8 @@ GRADIENTS: dict[str, RelaxGrad] = {
                                    lambda c: {"beta": float(c.attrs.beta), "threshold": float(c.attrs.threshold)}),
     "relax.clip": RelaxGrad("clip_grad", _x_g, ("x_grad", None, None),
                             lambda c: {"min": _prim(c.args[1]), "max": _prim(c.args[2])}),
-    "relax.atan2": RelaxGrad("atan2_grad", lambda c, o, g: {"x": c.args[0], "y": c.args[1], "out_grad": g},
-                             ("x_grad", "y_grad")),
+    "relax.atan2": RelaxGrad("atan2_grad", None, ("x_grad", "y_grad"),
+                             custom=lambda ctx, c, o, g, t: _broadcast_pair(ctx, "atan2_grad", c, o, g, t)),
     "relax.floor": RelaxGrad("floor_grad", lambda c, o, g: {"out_grad": g}, ("x_grad",)),
     "relax.ceil": RelaxGrad("ceil_grad", lambda c, o, g: {"out_grad": g}, ("x_grad",)),
     "relax.round": RelaxGrad("round_grad", lambda c, o, g: {"out_grad": g}, ("x_grad",)),
@@ -105,59 +113,93 @@ def _conv_grad(op, layouts):
     return grad_fn
 
 
-_conv2d_grad = _conv_grad("conv2d_grad", ("NCHW", "NHWC"))
+
+
+def _to_trailing(ctx, x, grad, axes):
+    """x and grad permuted so that the normalised ``axes`` (in their given order: gamma's) come
+    last; -> (x, grad, first normalised axis, the permutation back or None)."""
+    from tvm import relax
+
+    from .conv import _inverse
+    rank = x.ty.ndim
+    axes = [int(ax) % rank for ax in axes]
+    perm = [i for i in range(rank) if i not in axes] + axes
+    begin = rank - len(axes)
+    if perm == list(range(rank)):
+        return x, grad, begin, None
+    x = ctx.emit(relax.op.permute_dims(x, perm))
+    grad = ctx.emit(relax.op.permute_dims(grad, perm))
+    return x, grad, begin, _inverse(perm)
 
 
 def _layer_norm_grad(ctx, call, out, grad, target):
-    """relax.nn.layer_norm over trailing axes -> layer_norm_grad; mean and variance recomputed."""
+    """relax.nn.layer_norm -> layer_norm_grad; mean and variance recomputed. Normalised axes
+    that are not the trailing ones (in order) are moved there around the kernel."""
     from tvm import relax
-    x, gamma, beta = call.args[:3]
-    rank = len(x.ty.shape.values)
-    axes = sorted(int(ax) % rank for ax in call.attrs.axes)
-    if axes != list(range(rank - len(axes), rank)):
-        raise NotImplementedError("tvmgrad layer_norm gradient: normalised axes must be trailing")
-    begin = axes[0]
+    x0, gamma, beta = call.args[:3]
+    x, grad, begin, back = _to_trailing(ctx, x0, grad, call.attrs.axes)
+    rank = x.ty.ndim
+    axes = list(range(begin, rank))
     shape = list(x.ty.shape.values)
-    rows = 1
-    for d in shape[:begin]:
-        rows = rows * d
+    rows = _prod(shape[:begin])
     mean = ctx.emit(relax.op.reshape(relax.op.mean(x, axis=axes, keepdims=False), [rows]))
     var = ctx.emit(relax.op.reshape(relax.op.variance(x, axis=axes, keepdims=False), [rows]))
-    cols = 1
-    for d in shape[begin:]:
-        cols = cols * d
+    cols = _prod(shape[begin:])
     scale = ctx.emit(relax.op.reshape(gamma, [cols]))
     bias = ctx.emit(relax.op.reshape(beta, [cols]))
     dx, dscale, dbias = emit(ctx, "layer_norm_grad",
                              {"x": x, "scale": scale, "bias": bias, "mean": mean, "variance": var,
                               "out_grad": grad},
                              {"epsilon": float(call.attrs.epsilon), "begin_norm_axis": begin}, target=target)
+    if back is not None:
+        dx = ctx.emit(relax.op.permute_dims(dx, back))
     dscale = ctx.emit(relax.op.reshape(relax.op.astype(dscale, gamma.ty.dtype), gamma.ty.shape))
     dbias = ctx.emit(relax.op.reshape(relax.op.astype(dbias, beta.ty.dtype), beta.ty.shape))
     return [dx, dscale, dbias]
 
 
 def _nll_loss_grad(ctx, call, out, grad, target):
-    """relax.nn.nll_loss -> nll_loss_grad, with the forward's total weight recomputed."""
-    from tvm import relax, tirx
+    """relax.nn.nll_loss -> nll_loss_grad, with the forward's total weight recomputed. Every rank
+    Relax takes: (C,) with a scalar label is batch 1, (N, C) and (N, C, H, W) go straight to the
+    kernel, (N, C, d1) and (N, C, d1, ..., dk) (k > 2) are viewed as (N, C, d1·...·dk, 1) around
+    it (the labels, and an unreduced output grad, alike). Labels and weights: no_grad."""
+    from tvm import relax
+    from tvm.relax.op.grad import no_grad
     pred, labels = call.args[0], call.args[1]
     weights = call.args[2] if len(call.args) > 2 else None
     ignore = int(call.attrs.ignore_index)
+    reduction = str(call.attrs.reduction)
     dtype = pred.ty.dtype
-    valid = ctx.emit(relax.op.astype(relax.op.not_equal(labels, relax.const(ignore, labels.ty.dtype)), dtype))
+    shape = list(pred.ty.shape.values)
+    rank = len(shape)
+    if rank == 1:
+        view = [1, shape[0]]
+    elif rank in (2, 4):
+        view = None
+    else:
+        view = [shape[0], shape[1], _prod(shape[2:]), 1]
+    if view is not None:
+        pred = ctx.emit(relax.op.reshape(pred, view))
+        lab_view = [view[0]] + view[2:]
+        labels = ctx.emit(relax.op.reshape(labels, lab_view))
+        if reduction == "none":
+            grad = ctx.emit(relax.op.reshape(grad, lab_view))
+    if str(labels.ty.dtype) != "int64":
+        labels = ctx.emit(relax.op.astype(labels, "int64"))
+    keep = relax.op.not_equal(labels, relax.const(ignore, "int64"))
+    valid = ctx.emit(relax.op.astype(keep, dtype))
     if weights is not None:
-        safe = ctx.emit(relax.op.where(relax.op.not_equal(labels, relax.const(ignore, labels.ty.dtype)),
-                                       labels, relax.op.zeros_like(labels)))
+        safe = ctx.emit(relax.op.where(keep, labels, relax.op.zeros_like(labels)))
         valid = ctx.emit(relax.op.multiply(valid, relax.op.take(weights, safe, axis=0)))
     total = ctx.emit(relax.op.sum(valid))
+    if reduction != "none" and grad.ty.ndim != 0:
+        grad = ctx.emit(relax.op.reshape(grad, []))
     dx = emit(ctx, "nll_loss_grad", {"input": pred, "label": labels, "weight": weights, "total_weight": total,
                                      "out_grad": grad},
-              {"ignore_index": ignore, "reduction": str(call.attrs.reduction)}, target=target)
-    grads = [dx, relax.op.zeros_like(labels)]
-    if weights is not None:
-        grads.append(relax.op.zeros_like(weights))
-    del tirx
-    return grads
+              {"ignore_index": ignore, "reduction": reduction}, target=target)
+    if view is not None:
+        dx = ctx.emit(relax.op.reshape(dx, shape))
+    return [dx] + [no_grad(a) for a in call.args[1:]]
 
 
 def _cumsum_grad(ctx, call, out, grad, target):
@@ -180,8 +222,9 @@ def _where_grad(ctx, call, out, grad, target):
     from tvm import relax
     cond, x, y = call.args
     c, xf, yf = _at_shape(ctx, out, cond, x, y)
+    from tvm.relax.op.grad import no_grad
     dx, dy = emit(ctx, "where_grad", {"condition": c, "x": xf, "y": yf, "out_grad": grad}, target=target)
-    return [relax.op.zeros_like(cond)] + _summed_back(out, (dx, x), (dy, y))
+    return [no_grad(cond)] + _summed_back(out, (dx, x), (dy, y))
 
 
 def _broadcast_to_grad(ctx, call, out, grad, target):
@@ -252,7 +295,7 @@ GRADIENTS["relax.where"] = RelaxGrad("where_grad", None, (None, "x_grad", "y_gra
 GRADIENTS["relax.nn.nll_loss"] = RelaxGrad("nll_loss_grad", None, ("input_grad", None, None),
                                            custom=_nll_loss_grad)
 GRADIENTS["relax.nn.conv2d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"),
-                                         custom=_conv2d_grad)
+                                         custom=lambda *a: _conv2d(*a))
 GRADIENTS["relax.nn.layer_norm"] = RelaxGrad("layer_norm_grad", None, ("x_grad", "scale_grad", "bias_grad"),
                                              custom=_layer_norm_grad)
 
@@ -260,14 +303,19 @@ GRADIENTS["relax.nn.layer_norm"] = RelaxGrad("layer_norm_grad", None, ("x_grad",
 # ------------------------------------------------------------------------------------------
 # Shared glue: TVM's own gradient as the fallback, tuple fields, broadcast-then-collapse
 
+FALLBACKS: list = []      # (relax op, why) each time a rule handed a call to TVM's own gradient
+
+
 def _tvm_fallback(ctx, call, out, grad, why: str):
     """Forms a mapping does not cover go to TVM's own gradient for the op (our registration
-    shadows it for every call), else raise NotImplementedError saying why."""
+    shadows it for every call), else raise NotImplementedError saying why. Each hand-over is
+    recorded in ``FALLBACKS``."""
     from tvm.relax.op import _op_gradient
     name = str(call.op.name)
     fn = getattr(_op_gradient, name.rsplit(".", 1)[-1] + "_grad", None)
     if fn is None or name not in tvm_differentiable():
         raise NotImplementedError(f"tvmgrad gradient of {name}: {why} (and TVM has no gradient for it)")
+    FALLBACKS.append((name, why))
     return list(fn(out, call, grad, ctx))
 
 
@@ -347,15 +395,27 @@ def _matmul_grad(ctx, call, out, grad, target):
 
 
 def _mean_grad(ctx, call, out, grad, target):
-    """relax.mean over every axis -> mean_all_grad (static shapes: its view counts elements)."""
+    """relax.mean over every axis of a static shape -> mean_all_grad (its view counts elements);
+    over some axes, or symbolic shapes (where TVM's gradient fails): the grad broadcast back
+    and divided by the count, in Relax."""
     from tvm import relax
     x, a = call.args[0], call.attrs
     rank = x.ty.ndim
-    axes = set(range(rank)) if a.axis is None else {int(ax) % rank for ax in a.axis}
-    if axes != set(range(rank)) or not _static(x):
-        return _tvm_fallback(ctx, call, out, grad, "only the mean of all elements of a static shape")
-    g = grad if grad.ty.ndim == 0 else ctx.emit(relax.op.reshape(grad, []))
-    return [emit(ctx, "mean_all_grad", {"x": x, "out_grad": g}, target=target)]
+    axes = sorted(set(range(rank)) if a.axis is None else {int(ax) % rank for ax in a.axis})
+    if axes == list(range(rank)) and _static(x):
+        g = grad if grad.ty.ndim == 0 else ctx.emit(relax.op.reshape(grad, []))
+        return [emit(ctx, "mean_all_grad", {"x": x, "out_grad": g}, target=target)]
+    shape = list(x.ty.shape.values)
+    count = _prod([shape[i] for i in axes])
+    dtype = str(x.ty.dtype)
+    if _static([count]):
+        scaled = relax.op.multiply(grad, relax.const(1.0 / int(getattr(count, "value", count)), dtype))
+    else:
+        n = relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([count])), [])
+        scaled = relax.op.divide(grad, relax.op.astype(n, dtype))
+    kept = [1 if i in axes else d for i, d in enumerate(shape)]
+    g = ctx.emit(relax.op.reshape(scaled, kept))
+    return [relax.op.broadcast_to(g, x.ty.shape)]
 
 
 def _minmax_grad(op):
@@ -505,19 +565,12 @@ def _pixel_shuffle_grad(ctx, call, out, grad, target):
                  {"upscale_factor": int(call.attrs.upscale_factor), "data_format": "NCHW"}, target=target)]
 
 
-def _trailing(x, axes):
-    rank = x.ty.ndim
-    axes = sorted(int(ax) % rank for ax in axes)
-    return axes[0] if axes and axes == list(range(rank - len(axes), rank)) else None
-
-
 def _rms_norm_grad(ctx, call, out, grad, target):
-    """relax.nn.rms_norm over trailing axes -> rms_norm_grad, 1/rms recomputed per row."""
+    """relax.nn.rms_norm -> rms_norm_grad, 1/rms recomputed per row (normalised axes moved to
+    the end when they are not there)."""
     from tvm import relax
-    x, w = call.args
-    begin = _trailing(x, call.attrs.axes)
-    if begin is None:
-        return _tvm_fallback(ctx, call, out, grad, "normalised axes must be trailing")
+    x0, w = call.args
+    x, grad, begin, back = _to_trailing(ctx, x0, grad, call.attrs.axes)
     shape = list(x.ty.shape.values)
     rows, cols = _prod(shape[:begin]), _prod(shape[begin:])
     eps = float(call.attrs.epsilon)
@@ -527,6 +580,8 @@ def _rms_norm_grad(ctx, call, out, grad, target):
     weight = ctx.emit(relax.op.reshape(w, [cols]))
     dx, dw = emit(ctx, "rms_norm_grad", {"x": x, "norm_weight": weight, "inv_var": inv, "out_grad": grad},
                   {"epsilon": eps, "begin_norm_axis": begin, "quant_scale": -1.0}, target=target)
+    if back is not None:
+        dx = ctx.emit(relax.op.permute_dims(dx, back))
     return [dx, relax.op.reshape(dw, w.ty.shape)]
 
 
@@ -548,8 +603,9 @@ def _norm_stats(ctx, x, groups_view, axes, eps=None):
 
 def _affine_grads(dscale, dbias, call, gamma, beta):
     from tvm import relax
-    return [relax.op.reshape(dscale, gamma.ty.shape) if bool(call.attrs.scale) else relax.op.zeros_like(gamma),
-            relax.op.reshape(dbias, beta.ty.shape) if bool(call.attrs.center) else relax.op.zeros_like(beta)]
+    from tvm.relax.op.grad import no_grad
+    return [relax.op.reshape(dscale, gamma.ty.shape) if bool(call.attrs.scale) else no_grad(gamma),
+            relax.op.reshape(dbias, beta.ty.shape) if bool(call.attrs.center) else no_grad(beta)]
 
 
 def _group_norm_grad(ctx, call, out, grad, target):
@@ -698,7 +754,8 @@ def _topk_grad(ctx, call, out, grad, target):
     x, a = call.args[0], call.attrs
     kind = str(a.ret_type)
     if kind == "indices":
-        return [relax.op.zeros_like(x)]
+        from tvm.relax.op.grad import no_grad
+        return [no_grad(x)]
     opts = {"k": int(a.k), "axis": int(a.axis), "largest": bool(a.largest)}
     if kind == "both":
         grad = ctx.emit(relax.TupleGetItem(grad, 0))
@@ -712,3 +769,89 @@ def _topk_grad(ctx, call, out, grad, target):
 
 
 GRADIENTS["relax.topk"] = RelaxGrad("topk_grad", None, ("x_grad",), custom=_topk_grad)
+
+
+def _batch_norm(ctx, call, out, grad, target):
+    from .batch_norm import batch_norm_grad
+    return batch_norm_grad(ctx, call, out, grad, target)
+
+
+GRADIENTS["relax.nn.batch_norm"] = RelaxGrad("batch_norm_grad", None, ("x_grad", "scale_grad", "bias_grad", None, None),
+                                             custom=_batch_norm, local=True)
+
+
+# Ops whose results are integers or booleans, or constants (arange, eye): every argument is
+# ``no_grad``, so that the Gradient pass stops there instead of failing for want of a gradient
+# (TVM registers the same for its comparison ops). Only those TVM has no gradient for.
+NO_GRAD = ("relax.logical_not", "relax.logical_and", "relax.logical_or", "relax.logical_xor",
+           "relax.bitwise_not", "relax.bitwise_and", "relax.bitwise_or", "relax.bitwise_xor",
+           "relax.left_shift", "relax.right_shift", "relax.argmax", "relax.argmin", "relax.argsort",
+           "relax.isnan", "relax.isinf", "relax.isfinite", "relax.one_hot", "relax.shape_of",
+           "relax.shape_to_tensor", "relax.tensor_to_shape", "relax.nonzero", "relax.unique",
+           "relax.bucketize", "relax.floor_divide", "relax.arange", "relax.eye", "relax.eye_like")
+
+
+def _conv2d(ctx, call, out, grad, target):
+    from .conv import conv2d_grad
+    return conv2d_grad(ctx, call, out, grad, target)
+
+
+def _conv1d_grad(ctx, call, out, grad, target):
+    """relax.nn.conv1d -> the conv2d gradient with a unit height (NCW/NWC data, OIW filters;
+    other permutations of them through permute_dims)."""
+    from tvm import relax
+
+    from .conv import _inverse, _perm
+    a = call.attrs
+    x, w = call.args
+    data, kernel = str(a.data_layout), str(a.kernel_layout)
+    out_layout = str(a.out_layout) or data
+    if a.out_dtype is not None and str(a.out_dtype) not in ("", "void", str(x.ty.dtype)):
+        raise NotImplementedError(f"tvmgrad conv1d gradient: out_dtype {a.out_dtype} (TVM has no conv1d gradient)")
+    px, pw, po = _perm(data, "NCW"), _perm(kernel, "OIW"), _perm(out_layout, "NCW")
+    if px is None or pw is None or po is None:
+        raise NotImplementedError(f"tvmgrad conv1d gradient: layouts {data}/{kernel}/{out_layout}")
+    xc = ctx.emit(relax.op.permute_dims(x, px)) if px != [0, 1, 2] else x
+    wc = ctx.emit(relax.op.permute_dims(w, pw)) if pw != [0, 1, 2] else w
+    gc = ctx.emit(relax.op.permute_dims(grad, po)) if po != [0, 1, 2] else grad
+    x4 = ctx.emit(relax.op.expand_dims(xc, [2]))
+    w4 = ctx.emit(relax.op.expand_dims(wc, [2]))
+    g4 = ctx.emit(relax.op.expand_dims(gc, [2]))
+    pad = [int(v) for v in a.padding]
+    call2 = ctx.normalize(relax.op.nn.conv2d(x4, w4, strides=[1, int(a.strides[0])], padding=[0, pad[0], 0, pad[1]],
+                                             dilation=[1, int(a.dilation[0])], groups=int(a.groups)))
+    dx4, dw4 = _conv2d(ctx, call2, None, g4, target)
+    dx = ctx.emit(relax.op.squeeze(dx4, [2]))
+    dw = ctx.emit(relax.op.squeeze(dw4, [2]))
+    if px != [0, 1, 2]:
+        dx = ctx.emit(relax.op.permute_dims(dx, _inverse(px)))
+    if pw != [0, 1, 2]:
+        dw = ctx.emit(relax.op.permute_dims(dw, _inverse(pw)))
+    return [dx, dw]
+
+
+GRADIENTS["relax.nn.conv1d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"), custom=_conv1d_grad)
+
+
+def _composite(name):
+    def rule(ctx, call, out, grad, target):
+        from . import composite
+        return getattr(composite, name)(ctx, call, out, grad, target)
+    rule.__name__ = name
+    return rule
+
+
+# gradients no backward.yaml op has: Relax ops around tvmgrad.relax kernels (composite.py)
+GRADIENTS.update({
+    "relax.strided_slice": RelaxGrad("strided_slice_grad", None, ("x_grad",), custom=_composite("strided_slice_grad"),
+                                     local=True),
+    "relax.nn.pad": RelaxGrad("pad_grad", None, ("x_grad",), custom=_composite("pad_grad"), local=True),
+    "relax.tile": RelaxGrad("tile_grad", None, ("x_grad",), custom=_composite("tile_grad"), local=True),
+    "relax.nn.adaptive_avg_pool2d": RelaxGrad("adaptive_avg_pool2d_grad", None, ("x_grad",),
+                                              custom=_composite("adaptive_avg_pool2d_grad"), local=True),
+    "relax.max": RelaxGrad("max_grad", None, ("x_grad",), custom=_composite("extreme_grad"), local=True),
+    "relax.min": RelaxGrad("min_grad", None, ("x_grad",), custom=_composite("extreme_grad"), local=True),
+    "relax.tril": RelaxGrad("tril_grad", None, ("x_grad", None), custom=_composite("tril_grad"), local=True),
+    "relax.nn.conv2d_transpose": RelaxGrad("conv2d_transpose_grad", None, ("x_grad", "filter_grad"),
+                                           custom=_composite("conv2d_transpose_grad"), local=True),
+})
