@@ -296,20 +296,60 @@ def _torch_call(op, inputs, attrs, cuda: bool):
     make = torch_refs().get(op)
     if make is None:
         return None, "no PyTorch reference in tvmgrad.benchrefs"
-    device = "cuda" if cuda else "cpu"
-
-    def convert(v):
-        if isinstance(v, list):
-            return [convert(x) for x in v]
-        if v is None:
-            return None
-        import numpy as np
-        name = "bfloat16" if v.dtype.name == "bfloat16" else v.dtype.name
-        wide = v.astype(np.float32) if name in ("bfloat16",) else v
-        t = torch.from_numpy(np.ascontiguousarray(wide)).to(device)
-        return t.to(getattr(torch, name)) if hasattr(torch, name) else t
-    tensors = {k: convert(v) for k, v in inputs.items()}
+    tensors = {k: _to_torch(torch, v, "cuda" if cuda else "cpu") for k, v in inputs.items()}
     return make(tensors, {**registry.get(op).spec.defaults, **attrs}), None
+
+
+def _to_torch(torch, v, device: str):
+    """A numpy input (or list of them) as torch tensors on ``device`` (bfloat16 through float32,
+    which holds every bfloat16 value exactly)."""
+    if isinstance(v, list):
+        return [_to_torch(torch, x, device) for x in v]
+    if v is None:
+        return None
+    import numpy as np
+    name = v.dtype.name
+    wide = v.astype(np.float32) if name == "bfloat16" else v
+    t = torch.from_numpy(np.ascontiguousarray(wide)).to(device)
+    return t.to(getattr(torch, name)) if hasattr(torch, name) else t
+
+
+def _from_torch(v):
+    """A torch result (or list) as numpy on the host (bfloat16 as float32)."""
+    if isinstance(v, list):
+        return [_from_torch(x) for x in v]
+    if v is None:
+        return None
+    import torch
+    return (v.float() if v.dtype == torch.bfloat16 else v).cpu().numpy()
+
+
+def _resident_check(lib, op, dtype, inputs, attrs, got, cuda: bool, gb, np) -> str | None:
+    """The device path of run (arrays of another framework, by DLPack): the same call with torch
+    tensors on the device (the host in a CPU dry run) must give torch tensors there, equal to the
+    numpy call's results. None where torch (with CUDA, for a CUDA library) is not available."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if cuda and not torch.cuda.is_available():
+        return None
+    device = "cuda" if cuda else "cpu"
+    try:
+        results = lib.run(op, {k: _to_torch(torch, v, device) for k, v in inputs.items()}, attrs)
+    except Exception as exc:  # noqa: BLE001
+        return f"error: {_error(exc)}"
+    for name, value in results.items():
+        for v in (value if isinstance(value, list) else [value]):
+            if v is not None and (not isinstance(v, torch.Tensor) or v.device.type != device):
+                return f"wrong result type: {name} is {type(v).__name__} on {getattr(v, 'device', '?')}"
+    def widened(v):              # bfloat16 numpy results as float32, as _from_torch gives them
+        if isinstance(v, list):
+            return [widened(x) for x in v]
+        return v.astype(np.float32) if v is not None and v.dtype.name == "bfloat16" else v
+    want = {k: widened(v) for k, v in got.items()}
+    cmp = gb.compare({k: _from_torch(v) for k, v in results.items()}, want, dtype)
+    return "passed" if cmp["ok"] or op in gb.SCATTERS else "mismatch: " + "; ".join(cmp["problems"])[:300]
 
 
 def _copy_call(nbytes: int, cuda: bool):
@@ -541,6 +581,9 @@ def _run_case(case, arrays, lib, cuda, timer, gb, np):
         rec.update(status="error", error=_error(exc), stage="run")
         return rec, True
     rec["bit_identical"] = gb.bit_identical(got, again)
+    resident = _resident_check(lib, op, dtype, inputs, attrs, got, cuda, gb, np)
+    if resident is not None:
+        rec["resident"] = resident
     if ref is None:
         rec.update(status="no_ref", error=case.get("ref_error"))
     else:
@@ -855,6 +898,9 @@ def _summarize(shards, probe, manifest, args, started, unpack_info) -> dict:
         # i.e. a prebuilt fatbin did not match its device source
         "compiled_on_device_files": max([ev.get("cache_files", 0) for ev in evidence] or [0]),
         "bench_ok": sum(1 for b in bench if b["status"] == "ok"), "bench_items": len(bench),
+        # the same calls with torch tensors on the device (run's DLPack path): passed / checked
+        "resident_passed": sum(1 for e in entries if e.get("resident") == "passed"),
+        "resident_checked": sum(1 for e in entries if e.get("resident") is not None),
         "wall_s": round(time.time() - started, 1),
     }
     return {
@@ -890,7 +936,9 @@ def render(result: dict) -> str:
                                         for d, c in s["by_dtype"].items()),
              f"shards: {s['shards_complete']}/{s['shards']} complete; with failures: "
              f"{len(s['shards_failed'])}; tvm-free: {s['tvm_free']}; wall {s['wall_s']} s",
-             f"timer: {result.get('timer')}"]
+             f"timer: {result.get('timer')}",
+             f"torch tensors on the device (DLPack): {s['resident_passed']}/{s['resident_checked']} "
+             f"calls give torch results equal to the numpy call's"]
     if not result["probe"].get("ok", True):
         lines.append(f"PROBE FAILED: {result['probe'].get('error')}")
     if s.get("compiled_on_device_files"):

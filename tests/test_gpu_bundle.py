@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import tvmgrad
 from tvmgrad import gpu_bundle as gb
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -170,3 +171,27 @@ def test_compare_uses_the_gpu_test_tolerances():
     assert gb.compare({"g": w.astype(ml_dtypes.bfloat16)}, {"g": w.astype(ml_dtypes.bfloat16)}, "bfloat16")["ok"]
     assert not gb.compare({"g": np.array([1.0, 1.0, 2.0], np.float32)}, {"g": w}, "float32")["ok"]
     assert not gb.compare({"g": [w, None]}, {"g": [w, w]}, "float32")["ok"]
+
+
+def test_torch_tensors_through_the_library_give_torch_results_equal_to_numpy(bundle, tmp_path):
+    """gpu_run's device-path section (run with torch tensors by DLPack) on the CPU: the bundle's
+    library called with torch tensors returns torch tensors with the numpy call's values."""
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("gpu_run", RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    out, manifest = bundle
+    files = json.loads((out / runner.MANIFEST).read_text())
+    runner.unpack(out, tmp_path / "work", files)
+    lib = tvmgrad.load_library(tmp_path / "work" / "lib")
+    checked = 0
+    for shard in files["shards"]:
+        index, arrays = gb.load_cases(out / shard["cases_file"])
+        for case in index["cases"]:
+            inputs, attrs = gb.decode(case["inputs"], arrays), gb.decode(case["attrs"], arrays)
+            got = lib.run(case["op"], inputs, attrs)
+            verdict = runner._resident_check(lib, case["op"], case["dtype"], inputs, attrs, got,
+                                             False, gb, np)
+            assert verdict == "passed", (case["op"], verdict)
+            checked += 1
+    assert checked == manifest["cases"]
