@@ -45,6 +45,12 @@ def test_unknown_family_is_an_error(capsys):
     assert "unknown family 'nosuch'" in err and "activation" in err
 
 
+def test_bench_relax_names_its_models(capsys):
+    assert cli.main(["bench", "--relax", "resnet50"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model(s) resnet50 for --relax" in err and "resnet18" in err
+
+
 def test_info_json_matches_the_spec(capsys):
     assert cli.main(["info", "cumprod_grad", "--json"]) == 0
     record = json.loads(capsys.readouterr().out)

@@ -213,8 +213,24 @@ def _cmd_tune(args) -> int:
 
 
 def _cmd_bench(args) -> int:
+    if args.relax:
+        return _bench_relax(args)
     from . import bench
     return bench.main(args)
+
+
+def _bench_relax(args) -> int:
+    """One training step of real models in the Relax VM against PyTorch (tvmgrad.relax.bench)."""
+    from .relax.bench import bench_training_step, report
+    from .relax.models import MODELS
+    models = args.ops or list(MODELS)
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {', '.join(unknown)} for --relax (have {', '.join(MODELS)})")
+    rows = [bench_training_step(m, repeat=args.repeat, threads=args.threads or None,
+                                batch=args.batch) for m in models]
+    print(json.dumps(rows, indent=1) if args.json else report(rows))
+    return 0
 
 
 # -- cache -----------------------------------------------------------------------------------
@@ -346,8 +362,13 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", parents=[common, as_json],
                        help="time kernels against Paddle, PyTorch and a memory copy")
-    p.add_argument("ops", nargs="*", metavar="OP[:bcast]", help="ops to time (:bcast broadcasts an input)")
+    p.add_argument("ops", nargs="*", metavar="OP[:bcast]",
+                   help="ops to time (:bcast broadcasts an input); with --relax: models")
     p.add_argument("--suite", action="store_true", help="the fixed list covering every family")
+    p.add_argument("--relax", action="store_true",
+                   help="time one training step of real models (mlp, transformer, resnet18; default "
+                        "all) in the Relax VM on tvmgrad gradients against PyTorch")
+    p.add_argument("--batch", type=int, default=None, help="with --relax: the batch (default per model)")
     p.add_argument("--threads", type=int, default=0, help="threads per framework (default: all cores)")
     p.add_argument("--size", type=int, default=1 << 24, help="elements per tensor (default 2**24)")
     p.add_argument("--dtype", default="float32", help="dtype of the inputs (default float32)")

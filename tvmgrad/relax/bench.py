@@ -19,8 +19,8 @@ is ``zero_grad(set_to_none=True)``, the forward and ``loss.backward()``. ``varia
 ``"tvm"`` (TVM's own gradients; fails for models with an op TVM cannot differentiate).
 ``target`` is a tvmgrad target name (``"llvm"``: this host's CPU, see ``tvmgrad.targets``).
 
-``python -m tvmgrad.relax.bench MODEL [--batch N] [--repeat N] [--threads N]`` (and
-``scripts/bench_relax.py``) print the dict as JSON.
+``tvmgrad bench --relax MODEL...`` prints a table of them (``report``; ``--json`` the dicts);
+``python -m tvmgrad.relax.bench MODEL [--batch N] [--repeat N] [--threads N]`` prints one as JSON.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["bench_training_step", "VARIANTS", "kernel_profile"]
+__all__ = ["bench_training_step", "report", "VARIANTS", "kernel_profile"]
 
 VARIANTS = ("tvmgrad", "backward", "unscheduled", "tvm")
 
@@ -142,6 +142,18 @@ def bench_training_step(model_name: str, *, batch: int | None = None, repeat: in
     result["ratio"] = result["tvm_ms"] / result["torch_ms"]
     result["ratio_median"] = result["tvm_median_ms"] / result["torch_median_ms"]
     return result
+
+
+def report(rows: list[dict]) -> str:
+    """A table of ``bench_training_step`` results: best and median ms per step, tvm/torch."""
+    lines = [f"{'model':12s} {'batch':>5s} {'thr':>3s} {'tvm best':>9s} {'median':>9s} "
+             f"{'torch best':>10s} {'median':>9s} {'ratio':>6s} {'(median)':>8s} {'max err':>8s}"]
+    for r in rows:
+        lines.append(f"{r['model']:12s} {r['batch']:5d} {r['threads']:3d} {r['tvm_ms']:9.2f} "
+                     f"{r['tvm_median_ms']:9.2f} {r['torch_ms']:10.2f} {r['torch_median_ms']:9.2f} "
+                     f"{r['ratio']:6.2f} {r['ratio_median']:8.2f} {r['max_rel_err']:8.1e}")
+    lines.append("ratio: tvm time / torch time per training step (below 1: tvmgrad is faster)")
+    return "\n".join(lines)
 
 
 def kernel_profile(vm, func_name: str, args, repeat: int = 5) -> list[tuple[str, int, float]]:
