@@ -837,7 +837,7 @@ def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> L
 
 
 def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",
-        inplace: bool = False, **options) -> dict:
+        inplace: bool = False, cache: KernelCache | None = None, **options) -> dict:
     """Run backward op ``op``: inputs and attrs keyed by the YAML names, outputs likewise.
 
     Inputs may be numpy arrays or any array with ``__dlpack__`` (torch, paddle, jax, cupy; on the
@@ -847,13 +847,14 @@ def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm
     ``inplace=True`` honours the YAML ``inplace`` pairs: the output is written into the
     input's array, which must be a writable contiguous array of the output's dtype and size (it is
     viewed with the output's shape); a pair whose sizes differ is computed out of place.
-    ``deterministic`` and ``alias`` are passed to ``prepare``.
+    ``deterministic``, ``alias`` and ``cache`` (a KernelCache; default the user's) are passed to
+    ``prepare``.
 
     A repeated call with the same signature (op, attributes, options, target and, per tensor,
     array type, dtype, shape and device) reuses the bound plan of the first: no binding, shape
     inference, planning or kernel lookup (``run_cache_info()``; ``clear_run_cache()``).
     """
-    key = _run_key(op, inputs, attrs, target, options)
+    key = _run_key(op, inputs, attrs, target, options) if cache is None else None
     if key is not None:
         bound = _RUN_CACHE.get(key)
         if bound is not None:
@@ -861,7 +862,7 @@ def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm
         _RUN_CACHE.misses += 1
     else:
         _RUN_CACHE.uncacheable += 1
-    launch = _prepare(op, inputs, attrs, target, None, options, probe=key is not None)
+    launch = _prepare(op, inputs, attrs, target, cache, options, probe=key is not None)
     bound = launch.bound()
     if key is not None and launch.data_free:
         _RUN_CACHE.put(key, bound)
