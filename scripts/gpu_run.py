@@ -623,11 +623,11 @@ def _shapes(inputs) -> dict:
 
 
 def _run_bench(op, dtype, lib, cuda, timer, n, example=None):
-    """Time ``op`` at ``n`` elements (tvmgrad.bench.make_inputs) against torch and a copy; where
+    """Time ``op`` at ``n`` elements (tvmgrad.workloads.make_inputs) against torch and a copy; where
     the library has no kernel for that call, at the example call's size (``example``)."""
     rec = {"op": op, "dtype": dtype, "n": n, "size": "bench"}
     try:
-        from tvmgrad.bench import make_inputs
+        from tvmgrad.workloads import make_inputs
         inputs, attrs = make_inputs(op, n, dtype, False)
         launch = lib.prepare(op, inputs, attrs)
         fn, nbytes = _direct_call(launch, cuda)

@@ -77,8 +77,9 @@ def test_bench_json_and_suite_cover_every_family(capsys):
 
 def test_bench_reference_calls_without_the_frameworks(monkeypatch):
     from tvmgrad import bench
+    from tvmgrad.workloads import make_inputs
     monkeypatch.setitem(sys.modules, "paddle", None)
     monkeypatch.setitem(sys.modules, "torch", None)
-    inputs, attrs = bench.make_inputs("relu_grad", 64, "float32", False)
+    inputs, attrs = make_inputs("relu_grad", 64, "float32", False)
     assert bench._paddle_fn("relu_grad", inputs, attrs) is None
     assert bench._torch_fn("relu_grad", inputs, attrs) is None

@@ -145,7 +145,7 @@ def test_concurrent_builders_build_once(tmp_path):
 
 
 def test_default_location_honours_env(tmp_path, monkeypatch):
-    from tvmgrad.cache import cache_dir
+    from tvmgrad.cachedir import cache_dir
     monkeypatch.setenv("TVMGRAD_CACHE_DIR", str(tmp_path / "k"))
     assert cache_dir() == tmp_path / "k"
     monkeypatch.delenv("TVMGRAD_CACHE_DIR")

@@ -13,7 +13,8 @@ from tvm import relax, tirx  # noqa: E402
 import tvmgrad.relax as tr  # noqa: E402
 from tvmgrad.relax import models as M  # noqa: E402
 from tvmgrad.relax import passes  # noqa: E402
-from tvmgrad.relax.rules import FALLBACKS, GRADIENTS  # noqa: E402
+from tvmgrad.relax.fallback import FALLBACKS  # noqa: E402
+from tvmgrad.relax.rules import GRADIENTS  # noqa: E402
 from tvmgrad.targets import resolve  # noqa: E402
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tvmgrad
-from tvmgrad import aot, tune
+from tvmgrad import aot, tune, tuned
 from tvmgrad.build import lower
 from tvmgrad.targets import resolve
 
@@ -21,7 +21,7 @@ SIZE = 4096
 @pytest.fixture
 def no_db():
     yield
-    tune.use_database(None)
+    tuned.use_database(None)
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +52,12 @@ def test_tuning_writes_a_shippable_database(tuned_db):
 def test_database_is_applied_to_matching_calls_only(tuned_db, no_db):
     root, _ = tuned_db
     plain = tvmgrad.prepare("relu_grad", _inputs())
-    tune.use_database(root)
-    tuned = tvmgrad.prepare("relu_grad", _inputs())
-    assert tuned.plan.trace is not None and tuned.plan.symbol != plain.plan.symbol
+    tuned.use_database(root)
+    specialised = tvmgrad.prepare("relu_grad", _inputs())
+    assert specialised.plan.trace is not None and specialised.plan.symbol != plain.plan.symbol
     # the compiled kernel differs: static sizes and the tuned loop nest
-    assert lower(tuned.plan, resolve("llvm")).script() != lower(plain.plan, resolve("llvm")).script()
-    np.testing.assert_array_equal(tuned()["x_grad"], plain()["x_grad"])
+    assert lower(specialised.plan, resolve("llvm")).script() != lower(plain.plan, resolve("llvm")).script()
+    np.testing.assert_array_equal(specialised()["x_grad"], plain()["x_grad"])
     other = tvmgrad.prepare("relu_grad", {k: v[:100] for k, v in _inputs().items()})
     assert other.plan.trace is None                      # other sizes keep the rule-based kernel
 
@@ -65,7 +65,7 @@ def test_database_is_applied_to_matching_calls_only(tuned_db, no_db):
 def test_environment_variable_selects_the_database(tuned_db, no_db, monkeypatch):
     root, _ = tuned_db
     monkeypatch.setenv("TVMGRAD_TUNING_DB", str(root))
-    tune.use_database(None)
+    tuned.use_database(None)
     assert tvmgrad.prepare("relu_grad", _inputs()).plan.trace is not None
 
 
@@ -75,18 +75,18 @@ def test_corrupt_and_foreign_databases_are_rejected(tuned_db, tmp_path, no_db):
     bad = tmp_path / "bad" / path.parent.name
     bad.mkdir(parents=True)
     (bad / "float32.json").write_text("{ not json")
-    tune.use_database(tmp_path / "bad")
-    with pytest.raises(tune.DatabaseError, match="corrupt"):
+    tuned.use_database(tmp_path / "bad")
+    with pytest.raises(tuned.DatabaseError, match="corrupt"):
         tvmgrad.prepare("relu_grad", _inputs())
     data = json.loads(path.read_text())
     data["target"] = '{"kind": "cuda", "arch": "sm_90"}'
     (bad / "float32.json").write_text(json.dumps(data))
-    tune.use_database(tmp_path / "bad")
-    with pytest.raises(tune.DatabaseError, match="was tuned for target"):
+    tuned.use_database(tmp_path / "bad")
+    with pytest.raises(tuned.DatabaseError, match="was tuned for target"):
         tvmgrad.prepare("relu_grad", _inputs())
     (bad / "float32.json").write_text(json.dumps({"hello": 1}))
-    tune.use_database(tmp_path / "bad")
-    with pytest.raises(tune.DatabaseError, match="not a tvmgrad tuning database"):
+    tuned.use_database(tmp_path / "bad")
+    with pytest.raises(tuned.DatabaseError, match="not a tvmgrad tuning database"):
         tvmgrad.prepare("relu_grad", _inputs())
 
 
@@ -104,10 +104,10 @@ def test_interrupted_tuning_leaves_a_usable_database(tmp_path, monkeypatch, no_d
     with pytest.raises(KeyboardInterrupt):
         tune.tune(["relu_grad", "sigmoid_grad"], db=tmp_path, trials=4, size=SIZE, keep="always",
                   log=lambda *_: None)
-    db = tune.Database(tmp_path)
+    db = tuned.Database(tmp_path)
     assert [r.op for r in db.records(resolve("llvm").key, "float32")] == ["relu_grad"]
     assert not list(tmp_path.rglob("*.tmp"))
-    tune.use_database(tmp_path)
+    tuned.use_database(tmp_path)
     assert tvmgrad.prepare("relu_grad", _inputs()).plan.trace is not None
 
 

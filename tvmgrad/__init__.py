@@ -9,10 +9,10 @@ import os as _os
 _os.environ.setdefault("TVM_NUM_THREADS", str(len(_os.sched_getaffinity(0))
                                               if hasattr(_os, "sched_getaffinity") else _os.cpu_count()))
 
+from ._version import __version__  # noqa: E402
 from .infer_meta import TensorMeta  # noqa: E402
 from .runtime import Launch, prepare, run  # noqa: E402
 
-__version__ = "0.1.0"
 __all__ = ["run", "prepare", "Launch", "TensorMeta", "load_library", "__version__"]
 
 

@@ -53,7 +53,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import __version__, hostcpu, registry, rt
+from . import hostcpu, registry, rt
+from ._version import __version__
 from .call import bind
 from .dtypes import FLOATS, dtype as as_dtype
 from .runtime import Launch
@@ -231,7 +232,7 @@ def _entry_json(op, call, plan, tuned_shapes=None) -> dict:
 
 def _tuned_plans(db_root, target_key, op, dtype) -> list:
     """Size-specialised kernels of ``op`` that a tuning database holds for this target/dtype."""
-    from .tune import Database, call_shapes, record_call, tuned_plan
+    from .tuned import Database, call_shapes, record_call, tuned_plan
     if db_root is None:
         return []
     db = Database(db_root)
@@ -307,7 +308,7 @@ def _shard_cache(spec: dict) -> pathlib.Path:
     resolved key (x86-64-v3 and host builds never share a folder)."""
     import tvm
 
-    from .cache import cache_dir
+    from .cachedir import cache_dir
     tgt = _target_spec(spec)
     label = str(tgt.target.attrs.get("mcpu", "") or "generic") if tgt.kind == "llvm" else tgt.arch
     key = hashlib.sha256(tgt.key.encode()).hexdigest()[:10]
@@ -456,7 +457,7 @@ def build(out, *, target: str = "llvm", cpu: str | None = None, dtypes=("float32
     spec = build_target(target, cpu, archs or ("sm_80",))    # unknown target or CPU -> ValueError
     tgt = _target_spec(spec)
     if tuning_db is None:
-        from .tune import active_database
+        from .tuned import active_database
         db = active_database()
         tuning_db = str(db.root) if db is not None else None
     tuning = _tuning_digest(tuning_db)
@@ -652,7 +653,7 @@ class Library:
         plan = entry.impl.plan(call, outs)
         function = None
         if plan.make is not None:
-            from .tune import call_shapes
+            from .tuned import call_shapes
             dtype = _call_dtype(call)
             found = self._index.get((op, dtype, repr(plan.key), json.dumps(call_shapes(plan, call, outs))))
             found = found or self._index.get((op, dtype, repr(plan.key), None))

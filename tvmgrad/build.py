@@ -24,7 +24,7 @@ def lower(plan: Plan, target: Resolved):
     """The scheduled IRModule of a plan for a target (a tuned trace, else the schedule rules)."""
     from . import schedules
     if plan.trace is not None:
-        from .tune import apply_trace
+        from .tuned import apply_trace
         # the exact function meta_schedule measured (loads inlined: TVM's vectoriser mishandles
         # let-bound scalars under an explicit vectorize)
         func = plan.make_static(inline=True).with_attr("global_symbol", plan.symbol)

@@ -11,7 +11,8 @@ A cache directory that cannot be written (read-only filesystem, no permission) s
 entries it holds; kernels it lacks are built into a private temporary directory of this process,
 removed at exit, with one ``CacheNotWritableWarning`` per directory and process.
 
-Location: ``$TVMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/tvmgrad``, else ``~/.cache/tvmgrad``.
+Location: ``tvmgrad.cachedir.cache_dir()`` (``$TVMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/tvmgrad``,
+else ``~/.cache/tvmgrad``).
 """
 
 from __future__ import annotations
@@ -32,21 +33,15 @@ from dataclasses import dataclass
 
 from filelock import FileLock
 
+from . import tuned
 from .build import compile_plan
+from .cachedir import cache_dir
 from .sources import source_digest
 from .families.base import Plan
 from .targets import Resolved
 
-__all__ = ["cache_dir", "KernelCache", "default_cache", "CacheEntry", "CacheNotWritableWarning",
+__all__ = ["KernelCache", "default_cache", "CacheEntry", "CacheNotWritableWarning",
            "usage", "clear", "prune"]
-
-
-def cache_dir() -> pathlib.Path:
-    env = os.environ.get("TVMGRAD_CACHE_DIR")
-    if env:
-        return pathlib.Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "tvmgrad"
 
 
 @dataclass
@@ -124,9 +119,8 @@ class KernelCache:
         import tvm
         sources = source_digest(impl, target.kind, plan.pattern)
         if plan.trace is not None:                  # a tuned plan: scheduled by replaying its trace
-            from . import tune
             from .sources import file_digest
-            sources += file_digest(tune.__file__)
+            sources += file_digest(tuned.__file__)
         ident = repr((plan.key, target.key, tvm.__version__, sources))
         digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
         tslug = _slug(target.kind + ("_" + target.arch if target.arch else ""))

@@ -90,7 +90,7 @@ def _info_record(name: str) -> dict:
             "schedules": {kind: schedules.pattern_module(kind, pattern).__file__ for kind in ("llvm", "cuda")},
             "pattern": pattern, "formula": impl.doc or None,
         })
-        from .tune import active_database
+        from .tuned import active_database
         db = active_database()
         if db is not None:
             from .targets import resolve
@@ -277,7 +277,7 @@ def _cmd_cache(args) -> int:
 def _version() -> str:
     from importlib import metadata
 
-    from . import __version__
+    from ._version import __version__
     try:
         tvm = metadata.version("apache-tvm")
     except metadata.PackageNotFoundError:

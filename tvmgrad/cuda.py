@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+from .cachedir import cache_dir
+
 __all__ = ["KernelStats", "CubinResult", "compile_cubin", "nvcc_path", "device_source", "fatbin_contents",
            "install_load_time_compiler"]
 
@@ -122,7 +124,6 @@ def device_source(executable) -> str:
 
 
 def _cubin_cache_dir() -> str:
-    from .cache import cache_dir
     return str(cache_dir() / "cubin")
 
 

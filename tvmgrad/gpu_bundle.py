@@ -366,7 +366,7 @@ def _obtain_ffi_wheel(dest: pathlib.Path, python_version: str, plat: str, given=
     """apache-tvm-ffi (the installed version) for the device's Python: a given wheel, else the
     wheel cache, else pip download (PyPI), else, when the device's Python is this one, the
     installed package zipped as a wheel."""
-    from .cache import cache_dir
+    from .cachedir import cache_dir
     version = _version("apache-tvm-ffi")
     if version is None:
         raise RuntimeError("apache-tvm-ffi is not installed here")

@@ -131,7 +131,7 @@ def _run_key(op, inputs, attrs, target, options):
     else:
         akey = ()
     okey = tuple(sorted(options.items())) if options else ()
-    from .tune import active_database
+    from .tuned import active_database
     # "llvm" means another CPU when $TVMGRAD_CPU changes; "cuda" another arch likewise
     env = os.environ
     return (op, target, env.get("TVMGRAD_CPU"), env.get("TVMGRAD_CUDA_ARCH"), active_database(),
@@ -777,7 +777,7 @@ class Launch:
         spec = self.op.spec
         call = bind(spec, inputs, self.call.attrs, **self.call.options)
         outs, plan, data_free = _plan(self.op, call, probe=sig is not None)
-        from .tune import tuned_plan
+        from .tuned import tuned_plan
         if isinstance(self.target, Resolved):
             plan = tuned_plan(plan, call, outs, self.target)
         if plan.key != self.plan.key:
@@ -828,7 +828,7 @@ def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> L
     if tgt.is_gpu and not rt.cuda_available():
         raise RuntimeError(f"{op}: target {tgt.kind} needs a CUDA driver and GPU, and this machine "
                            f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")
-    from .tune import tuned_plan
+    from .tuned import tuned_plan
     plan = tuned_plan(plan, call, outs, tgt)
     function = None
     if plan.make is not None:

@@ -15,6 +15,8 @@ import inspect
 import pathlib
 import sys
 
+from . import _version
+
 __all__ = ["file_digest", "source_files", "source_digest"]
 
 
@@ -30,12 +32,13 @@ def file_digest(path: str) -> str:
 # The package facade ``tvmgrad`` (its version is hashed instead; following it would pull in the
 # runtime and so everything), the runtime and its TVM-runtime loader, the kernel cache and AOT
 # packaging (they store, load and call compiled code), the front ends and tools (CLI, checks,
-# benchmarks and their references, examples, Relax), tuning (a tuned plan's trace is part of its
-# key; the kernel cache adds tune.py for such plans) and this module (it reads sources, it does
-# not shape code).
+# benchmarks, their workloads and references, examples, Relax), tuning and tuned schedules (a tuned
+# plan's trace is part of its key; the kernel cache adds tuned.py, which replays it, for such
+# plans) and this module (it reads sources, it does not shape code).
 _NOT_CODEGEN = ("tvmgrad.__main__", "tvmgrad.runtime", "tvmgrad.rt", "tvmgrad.cache",
-                "tvmgrad.aot", "tvmgrad.cli", "tvmgrad.check", "tvmgrad.bench", "tvmgrad.benchrefs",
-                "tvmgrad.examples", "tvmgrad.relax", "tvmgrad.tune", "tvmgrad.sources")
+                "tvmgrad.aot", "tvmgrad.cli", "tvmgrad.check", "tvmgrad.bench", "tvmgrad.workloads",
+                "tvmgrad.benchrefs", "tvmgrad.examples", "tvmgrad.relax", "tvmgrad.tune",
+                "tvmgrad.tuned", "tvmgrad.sources")
 _PACKAGE = __name__.rpartition(".")[0]        # "tvmgrad"
 
 
@@ -212,7 +215,7 @@ def source_files(impl, target_kind: str, pattern: str = "generic") -> dict[str, 
 
 def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
     """Hash of every source file that shapes an op's generated code for a target kind, and of
-    ``tvmgrad.__version__``.
+    the tvmgrad version (``tvmgrad._version``).
 
     The files (``source_files``): the op's te_defs module; the module of its implementation class
     and of every base class (the MRO: families/tensor.py and families/base.py under a te_defs
@@ -238,8 +241,7 @@ def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
     Per-file work (hash, parse, import list) is memoised, keyed on the file's digest; an edited
     file is seen after ``file_digest.cache_clear()`` (a new process sees it anyway).
     """
-    from . import __version__
-    h = hashlib.sha256(f"tvmgrad {__version__}\n".encode())
+    h = hashlib.sha256(f"tvmgrad {_version.__version__}\n".encode())
     for f in sorted(set(source_files(impl, target_kind, pattern).values())):
         h.update(file_digest(f).encode())
     return h.hexdigest()

@@ -15,7 +15,7 @@
   gradient for (gelu, erf, rsqrt, square, clip, layer/batch/group norm, strided_slice, conv1d,
   conv2d_transpose, adaptive_avg_pool2d, max/min, ...) become differentiable. A registration
   replaces TVM's gradient for every call of the op; forms a rule does not cover go to TVM's own
-  gradient where it has one (recorded in ``rules.FALLBACKS``), else raise NotImplementedError
+  gradient where it has one (recorded in ``fallback.FALLBACKS``), else raise NotImplementedError
   saying why. Non-differentiable inputs (conditions, masks, integer labels and indices, shapes)
   get ``no_grad`` in every rule, and the integer/boolean ops TVM has no gradient for
   (``NO_GRAD``: logical_*, argmax, ...) get an all-``no_grad`` one, so the Gradient pass never

@@ -16,7 +16,9 @@ Relax ops around tvmgrad.relax kernels (``kernels.py``).
 
 from __future__ import annotations
 
-from .kernels import adaptive_avg_pool2d_grad_plan, dims_of, emit_plan, strided_slice_grad_plan
+from .conv import choose
+from .kernels import (adaptive_avg_pool2d_grad_plan, conv2d_filter_grad_plan, conv2d_gemm_plan,
+                      conv2d_plan, dims_of, emit_plan, strided_slice_grad_plan)
 
 __all__ = ["strided_slice_grad", "pad_grad", "tile_grad", "adaptive_avg_pool2d_grad", "extreme_grad",
            "conv2d_transpose_grad", "tril_grad"]
@@ -150,9 +152,6 @@ def extreme_grad(ctx, call, out, grad, target):
 
 def conv2d_transpose_grad(ctx, call, out, grad, target):
     from tvm import relax
-
-    from .conv import choose
-    from .kernels import conv2d_filter_grad_plan, conv2d_gemm_plan, conv2d_plan
     x, w = call.args
     a = call.attrs
     if (str(a.data_layout) != "NCHW" or str(a.kernel_layout) != "IOHW"

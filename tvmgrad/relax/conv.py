@@ -22,23 +22,27 @@ GEMM form on small feature maps.
 
 from __future__ import annotations
 
+from .emit import emit
+from .fallback import tvm_fallback
 from .kernels import (conv2d_data_grad_gemm_plan, conv2d_data_grad_plan, conv2d_filter_grad_plan,
                       conv2d_gemm_plan, conv2d_plan, dims_of, emit_plan)
 
-__all__ = ["conv2d_grad", "forward_conv2d", "choose", "GEMM_POSITIONS", "UNFOLD_LIMIT"]
+__all__ = ["conv2d_grad", "forward_conv2d", "choose", "layout_permutation", "inverse_permutation",
+           "GEMM_POSITIONS", "UNFOLD_LIMIT"]
 
 GEMM_POSITIONS = 16            # output positions (OH·OW) up to which convs run as GEMMs
 UNFOLD_LIMIT = 1 << 22         # elements of the unfolded input (N·OH·OW · C/G·kh·kw) per kernel
 
 
-def _perm(layout: str, canon: str):
+def layout_permutation(layout: str, canon: str):
     """Axes taking ``layout`` to ``canon`` (None if it is not a permutation of it)."""
     if sorted(layout) != sorted(canon) or len(set(layout)) != len(layout):
         return None
     return [layout.index(c) for c in canon]
 
 
-def _inverse(axes):
+def inverse_permutation(axes):
+    """The axes that undo the permutation ``axes``."""
     inv = [0] * len(axes)
     for i, a in enumerate(axes):
         inv[a] = i
@@ -81,30 +85,28 @@ def _canonical(ctx, call, grad=None):
     x, w = call.args
     if data in ("NCHW", "NHWC") and kernel == "OIHW" and out == data:
         return x, w, grad, data, None, None
-    px, pw, po = _perm(data, "NCHW"), _perm(kernel, "OIHW"), _perm(out, "NCHW")
+    px, pw, po = (layout_permutation(data, "NCHW"), layout_permutation(kernel, "OIHW"),
+                  layout_permutation(out, "NCHW"))
     if px is None or pw is None or po is None:
         return None
     x = ctx.emit(relax.op.permute_dims(x, px))
     w = ctx.emit(relax.op.permute_dims(w, pw))
     if grad is not None:
         grad = ctx.emit(relax.op.permute_dims(grad, po))
-    return x, w, grad, "NCHW", _inverse(px), _inverse(pw)
+    return x, w, grad, "NCHW", inverse_permutation(px), inverse_permutation(pw)
 
 
 def conv2d_grad(ctx, call, out, grad, target):
     """[dx, dw] of a relax.nn.conv2d (see the module doc)."""
     from tvm import relax
-
-    from .emit import emit
-    from .rules import _tvm_fallback
     a = call.attrs
     x0 = call.args[0]
     if a.out_dtype is not None and str(a.out_dtype) not in ("", "void", str(x0.ty.dtype)):
-        return _tvm_fallback(ctx, call, out, grad, f"out_dtype {a.out_dtype}")
+        return tvm_fallback(ctx, call, out, grad, f"out_dtype {a.out_dtype}")
     canon = _canonical(ctx, call, grad)
     if canon is None:
-        return _tvm_fallback(ctx, call, out, grad,
-                             f"layouts {a.data_layout}/{a.kernel_layout}/{a.out_layout}")
+        return tvm_fallback(ctx, call, out, grad,
+                            f"layouts {a.data_layout}/{a.kernel_layout}/{a.out_layout}")
     x, w, g, layout, undo_x, undo_w = canon
     dtype = str(x.ty.dtype)
     xs, ws = dims_of(x.ty.shape.values), dims_of(w.ty.shape.values)

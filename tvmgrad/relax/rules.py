@@ -1,5 +1,7 @@
-"""How each Relax op's gradient maps onto backward.yaml ops: ``GRADIENTS`` (Relax op -> rule),
-the per-op graph glue, and the fallback to TVM's own gradient for forms a rule does not cover."""
+"""How each Relax op's gradient maps onto backward.yaml ops: ``GRADIENTS`` (Relax op -> rule) and
+the per-op graph glue. The gradients that need more graph work live in their own modules, which
+this registry imports (``conv``, ``batch_norm``, ``composite``; none imports it back); forms a rule
+does not cover go to TVM's own gradient (``fallback``)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
+from . import composite
+from .batch_norm import batch_norm_grad
+from .conv import conv2d_grad, inverse_permutation, layout_permutation
 from .emit import _same, emit
-from .tvm_own import tvm_differentiable
+from .fallback import tvm_fallback
 
-__all__ = ["GRADIENTS", "RelaxGrad", "NO_GRAD", "FALLBACKS"]
+__all__ = ["GRADIENTS", "RelaxGrad", "NO_GRAD"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,7 @@ def _conv_grad(op, layouts):
         if (data not in layouts or kernel != layouts[0].replace("N", "O").replace("C", "I")
                 or str(a.out_layout) not in ("", data)
                 or (a.out_dtype is not None and str(a.out_dtype) not in ("", "void", str(call.args[0].ty.dtype)))):
-            return _tvm_fallback(ctx, call, out, grad, f"layouts {data}/{kernel}/{a.out_layout}")
+            return tvm_fallback(ctx, call, out, grad, f"layouts {data}/{kernel}/{a.out_layout}")
         pad = [int(p) for p in a.padding]
         dims = len(pad) // 2                   # Relax: all low sides, then all high sides
         attrs = {"strides": [int(v) for v in a.strides],
@@ -119,8 +124,6 @@ def _to_trailing(ctx, x, grad, axes):
     """x and grad permuted so that the normalised ``axes`` (in their given order: gamma's) come
     last; -> (x, grad, first normalised axis, the permutation back or None)."""
     from tvm import relax
-
-    from .conv import _inverse
     rank = x.ty.ndim
     axes = [int(ax) % rank for ax in axes]
     perm = [i for i in range(rank) if i not in axes] + axes
@@ -129,7 +132,7 @@ def _to_trailing(ctx, x, grad, axes):
         return x, grad, begin, None
     x = ctx.emit(relax.op.permute_dims(x, perm))
     grad = ctx.emit(relax.op.permute_dims(grad, perm))
-    return x, grad, begin, _inverse(perm)
+    return x, grad, begin, inverse_permutation(perm)
 
 
 def _layer_norm_grad(ctx, call, out, grad, target):
@@ -219,7 +222,6 @@ def _cumsum_grad(ctx, call, out, grad, target):
 def _where_grad(ctx, call, out, grad, target):
     """relax.where broadcasts its three inputs; Paddle's where_grad takes them at the output's
     shape: broadcast, then sum the grads back to each input's shape."""
-    from tvm import relax
     cond, x, y = call.args
     c, xf, yf = _at_shape(ctx, out, cond, x, y)
     from tvm.relax.op.grad import no_grad
@@ -295,28 +297,13 @@ GRADIENTS["relax.where"] = RelaxGrad("where_grad", None, (None, "x_grad", "y_gra
 GRADIENTS["relax.nn.nll_loss"] = RelaxGrad("nll_loss_grad", None, ("input_grad", None, None),
                                            custom=_nll_loss_grad)
 GRADIENTS["relax.nn.conv2d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"),
-                                         custom=lambda *a: _conv2d(*a))
+                                         custom=conv2d_grad)
 GRADIENTS["relax.nn.layer_norm"] = RelaxGrad("layer_norm_grad", None, ("x_grad", "scale_grad", "bias_grad"),
                                              custom=_layer_norm_grad)
 
 
 # ------------------------------------------------------------------------------------------
-# Shared glue: TVM's own gradient as the fallback, tuple fields, broadcast-then-collapse
-
-FALLBACKS: list = []      # (relax op, why) each time a rule handed a call to TVM's own gradient
-
-
-def _tvm_fallback(ctx, call, out, grad, why: str):
-    """Forms a mapping does not cover go to TVM's own gradient for the op (our registration
-    shadows it for every call), else raise NotImplementedError saying why. Each hand-over is
-    recorded in ``FALLBACKS``."""
-    from tvm.relax.op import _op_gradient
-    name = str(call.op.name)
-    fn = getattr(_op_gradient, name.rsplit(".", 1)[-1] + "_grad", None)
-    if fn is None or name not in tvm_differentiable():
-        raise NotImplementedError(f"tvmgrad gradient of {name}: {why} (and TVM has no gradient for it)")
-    FALLBACKS.append((name, why))
-    return list(fn(out, call, grad, ctx))
+# Shared glue: tuple fields, broadcast-then-collapse
 
 
 def _fields(ctx, parts):
@@ -375,7 +362,7 @@ def _matmul_grad(ctx, call, out, grad, target):
     out_dtype = call.attrs.out_dtype
     if str(x.ty.dtype) != str(y.ty.dtype) or (out_dtype is not None and str(out_dtype) not in
                                               ("", "void", str(x.ty.dtype))):
-        return _tvm_fallback(ctx, call, out, grad, "mixed dtypes or an out_dtype")
+        return tvm_fallback(ctx, call, out, grad, "mixed dtypes or an out_dtype")
     x2 = xs if len(xs) > 1 else [1] + xs            # (K,) -> (1, K): a row
     y2 = ys if len(ys) > 1 else ys + [1]            # (K,) -> (K, 1): a column
     xb, yb = x2[:-2], y2[:-2]
@@ -386,7 +373,7 @@ def _matmul_grad(ctx, call, out, grad, target):
     elif len(xb) == len(yb) and all(ana.can_prove_equal(p, q) for p, q in zip(xb, yb)):
         b = _prod(xb)
     else:
-        return _tvm_fallback(ctx, call, out, grad, "broadcast batch dims")
+        return tvm_fallback(ctx, call, out, grad, "broadcast batch dims")
     x3 = ctx.emit(relax.op.reshape(x, [b, m, k]))
     y3 = ctx.emit(relax.op.reshape(y, [b, k, n]))
     g3 = ctx.emit(relax.op.reshape(grad, [b, m, n]))
@@ -423,7 +410,7 @@ def _minmax_grad(op):
     grad to x, as Paddle's fmax/fmin — TVM's maximum does too, its minimum sends it to y)."""
     def grad_fn(ctx, call, out, grad, target):
         if call.args[0].ty.dtype != call.args[1].ty.dtype or "float" not in str(call.args[0].ty.dtype):
-            return _tvm_fallback(ctx, call, out, grad, "non-float or mixed dtypes")
+            return tvm_fallback(ctx, call, out, grad, "non-float or mixed dtypes")
         return _broadcast_pair(ctx, op, call, out, grad, target)
     return grad_fn
 
@@ -436,7 +423,7 @@ def _power_grad(ctx, call, out, grad, target):
     x, y = call.args
     if not (isinstance(y, tvm.ir.expr.Constant) and y.value.numpy().size == 1 and "float" in str(x.ty.dtype)
             and _same(out.ty.shape.values, x.ty.shape.values)):
-        return _tvm_fallback(ctx, call, out, grad, "exponent is not a scalar constant")
+        return tvm_fallback(ctx, call, out, grad, "exponent is not a scalar constant")
     value = float(y.value.numpy().reshape(-1)[0])
     return [emit(ctx, "pow_grad", {"x": x, "out_grad": grad}, {"y": value}, target=target), no_grad(y)]
 
@@ -488,10 +475,10 @@ def _cumprod_grad(ctx, call, out, grad, target):
     from tvm import relax
     x, a = call.args[0], call.attrs
     if bool(a.exclusive) or (a.dtype is not None and str(a.dtype) not in ("", "void", str(x.ty.dtype))):
-        return _tvm_fallback(ctx, call, out, grad, "exclusive or dtype-casting cumprod")
+        return tvm_fallback(ctx, call, out, grad, "exclusive or dtype-casting cumprod")
     if a.axis is None:
         if not _static(x):
-            return _tvm_fallback(ctx, call, out, grad, "axis None with " + _SYMBOLIC)
+            return tvm_fallback(ctx, call, out, grad, "axis None with " + _SYMBOLIC)
         flat = ctx.emit(relax.op.reshape(x, out.ty.shape))
         dx = emit(ctx, "cumprod_grad", {"x": flat, "out": out, "out_grad": grad}, {"dim": 0}, target=target)
         return [relax.op.reshape(dx, x.ty.shape)]
@@ -504,7 +491,7 @@ def _gather_elements_grad(ctx, call, out, grad, target):
     from tvm.relax.op.grad import no_grad
     x, idx = call.args
     if not _static(x, idx):
-        return _tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
+        return tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
     dx = emit(ctx, "take_along_axis_grad", {"arr": x, "indices": idx, "out_grad": grad},
               {"axis": int(call.attrs.axis)}, target=target)
     return [dx, no_grad(idx)]
@@ -515,7 +502,7 @@ def _gather_nd_grad(ctx, call, out, grad, target):
     from tvm.relax.op.grad import no_grad
     x, idx = call.args
     if int(call.attrs.batch_dims) != 0:
-        return _tvm_fallback(ctx, call, out, grad, "batch_dims != 0")
+        return tvm_fallback(ctx, call, out, grad, "batch_dims != 0")
     return [emit(ctx, "gather_nd_grad", {"x": x, "index": idx, "out_grad": grad}, target=target), no_grad(idx)]
 
 
@@ -530,9 +517,9 @@ def _scatter_elements_grad(ctx, call, out, grad, target):
     x, idx, upd = call.args
     red = str(call.attrs.reduction)
     if red not in _SCATTER_REDUCE:
-        return _tvm_fallback(ctx, call, out, grad, f"reduction {red!r}")
+        return tvm_fallback(ctx, call, out, grad, f"reduction {red!r}")
     if not _static(x, idx):
-        return _tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
+        return tvm_fallback(ctx, call, out, grad, _SYMBOLIC)
     dx, du = emit(ctx, "put_along_axis_grad",
                   {"arr": x, "indices": idx, "values": upd, "out": out, "out_grad": grad},
                   {"axis": int(call.attrs.axis), "reduce": _SCATTER_REDUCE[red], "include_self": True},
@@ -547,7 +534,7 @@ def _prelu_grad(ctx, call, out, grad, target):
     x, alpha = call.args
     rank, axis = x.ty.ndim, int(call.attrs.axis) % x.ty.ndim
     if rank < 2 or axis not in (1, rank - 1):
-        return _tvm_fallback(ctx, call, out, grad, f"channel axis {axis} of a rank-{rank} input")
+        return tvm_fallback(ctx, call, out, grad, f"channel axis {axis} of a rank-{rank} input")
     fmt = "NCHW" if axis == 1 else "NHWC"
     dx, da = emit(ctx, "prelu_grad", {"x": x, "alpha": alpha, "out_grad": grad},
                   {"data_format": fmt, "mode": "channel"}, target=target)
@@ -560,7 +547,7 @@ _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804
 def _pixel_shuffle_grad(ctx, call, out, grad, target):
     """relax.nn.pixel_shuffle (NCHW) -> pixel_shuffle_grad."""
     if call.args[0].ty.ndim != 4:
-        return _tvm_fallback(ctx, call, out, grad, "input is not 4-D NCHW")
+        return tvm_fallback(ctx, call, out, grad, "input is not 4-D NCHW")
     return [emit(ctx, "pixel_shuffle_grad", {"out_grad": grad},
                  {"upscale_factor": int(call.attrs.upscale_factor), "data_format": "NCHW"}, target=target)]
 
@@ -618,7 +605,7 @@ def _group_norm_grad(ctx, call, out, grad, target):
     g = int(a.num_groups)
     if rank not in _GN_FORMATS or (c_axis, axes) not in ((1, list(range(2, rank))),
                                                          (rank - 1, list(range(1, rank - 1)))):
-        return _tvm_fallback(ctx, call, out, grad, f"channel_axis {c_axis} with axes {axes}")
+        return tvm_fallback(ctx, call, out, grad, f"channel_axis {c_axis} with axes {axes}")
     shape = list(x.ty.shape.values)
     last = c_axis == rank - 1
     if last:
@@ -641,7 +628,7 @@ def _instance_norm_grad(ctx, call, out, grad, target):
     x, gamma, beta = call.args
     a, rank = call.attrs, x.ty.ndim
     if int(a.channel_axis) % rank != 1 or sorted(int(ax) % rank for ax in a.axes) != list(range(2, rank)):
-        return _tvm_fallback(ctx, call, out, grad, "only channel_axis 1 with the rest normalised")
+        return tvm_fallback(ctx, call, out, grad, "only channel_axis 1 with the rest normalised")
     shape = list(x.ty.shape.values)
     mean, inv = _norm_stats(ctx, x, [shape[0], shape[1], _prod(shape[2:])], [2], float(a.epsilon))
     dx, ds, db = emit(ctx, "instance_norm_grad",
@@ -714,7 +701,7 @@ def _resize2d_grad(ctx, call, out, grad, target):
     sizes = list(out.ty.shape.values)[2:] if layout == "NCHW" else list(out.ty.shape.values)[1:3]
     if key not in _RESIZE or layout not in ("NCHW", "NHWC") or not _static(sizes) or (
             a.out_dtype is not None and str(a.out_dtype) not in ("", "void", str(x.ty.dtype))):
-        return _tvm_fallback(ctx, call, out, grad, f"{method}/{mode}/{a.rounding_method} in {layout}")
+        return tvm_fallback(ctx, call, out, grad, f"{method}/{mode}/{a.rounding_method} in {layout}")
     interp, align_corners, align_mode = _RESIZE[key]
     from tvm.relax.op.grad import no_grad
     dx = emit(ctx, f"{interp}_interp_grad", {"x": x, "output_grad": grad},
@@ -731,7 +718,7 @@ def _grid_sample_grad(ctx, call, out, grad, target):
     x, grid = call.args
     a = call.attrs
     if str(a.layout) != "NCHW" or str(a.method) not in ("bilinear", "nearest") or x.ty.ndim != 4:
-        return _tvm_fallback(ctx, call, out, grad, f"method {a.method} in {a.layout}")
+        return tvm_fallback(ctx, call, out, grad, f"method {a.method} in {a.layout}")
     g = ctx.emit(relax.op.permute_dims(grid, [0, 2, 3, 1]))
     dx, dg = emit(ctx, "grid_sample_grad", {"x": x, "grid": g, "out_grad": grad},
                   {"mode": str(a.method), "padding_mode": str(a.padding_mode),
@@ -771,13 +758,8 @@ def _topk_grad(ctx, call, out, grad, target):
 GRADIENTS["relax.topk"] = RelaxGrad("topk_grad", None, ("x_grad",), custom=_topk_grad)
 
 
-def _batch_norm(ctx, call, out, grad, target):
-    from .batch_norm import batch_norm_grad
-    return batch_norm_grad(ctx, call, out, grad, target)
-
-
 GRADIENTS["relax.nn.batch_norm"] = RelaxGrad("batch_norm_grad", None, ("x_grad", "scale_grad", "bias_grad", None, None),
-                                             custom=_batch_norm, local=True)
+                                             custom=batch_norm_grad, local=True)
 
 
 # Ops whose results are integers or booleans, or constants (arange, eye): every argument is
@@ -791,24 +773,18 @@ NO_GRAD = ("relax.logical_not", "relax.logical_and", "relax.logical_or", "relax.
            "relax.bucketize", "relax.floor_divide", "relax.arange", "relax.eye", "relax.eye_like")
 
 
-def _conv2d(ctx, call, out, grad, target):
-    from .conv import conv2d_grad
-    return conv2d_grad(ctx, call, out, grad, target)
-
-
 def _conv1d_grad(ctx, call, out, grad, target):
     """relax.nn.conv1d -> the conv2d gradient with a unit height (NCW/NWC data, OIW filters;
     other permutations of them through permute_dims)."""
     from tvm import relax
-
-    from .conv import _inverse, _perm
     a = call.attrs
     x, w = call.args
     data, kernel = str(a.data_layout), str(a.kernel_layout)
     out_layout = str(a.out_layout) or data
     if a.out_dtype is not None and str(a.out_dtype) not in ("", "void", str(x.ty.dtype)):
         raise NotImplementedError(f"tvmgrad conv1d gradient: out_dtype {a.out_dtype} (TVM has no conv1d gradient)")
-    px, pw, po = _perm(data, "NCW"), _perm(kernel, "OIW"), _perm(out_layout, "NCW")
+    px, pw, po = (layout_permutation(data, "NCW"), layout_permutation(kernel, "OIW"),
+                  layout_permutation(out_layout, "NCW"))
     if px is None or pw is None or po is None:
         raise NotImplementedError(f"tvmgrad conv1d gradient: layouts {data}/{kernel}/{out_layout}")
     xc = ctx.emit(relax.op.permute_dims(x, px)) if px != [0, 1, 2] else x
@@ -820,38 +796,30 @@ def _conv1d_grad(ctx, call, out, grad, target):
     pad = [int(v) for v in a.padding]
     call2 = ctx.normalize(relax.op.nn.conv2d(x4, w4, strides=[1, int(a.strides[0])], padding=[0, pad[0], 0, pad[1]],
                                              dilation=[1, int(a.dilation[0])], groups=int(a.groups)))
-    dx4, dw4 = _conv2d(ctx, call2, None, g4, target)
+    dx4, dw4 = conv2d_grad(ctx, call2, None, g4, target)
     dx = ctx.emit(relax.op.squeeze(dx4, [2]))
     dw = ctx.emit(relax.op.squeeze(dw4, [2]))
     if px != [0, 1, 2]:
-        dx = ctx.emit(relax.op.permute_dims(dx, _inverse(px)))
+        dx = ctx.emit(relax.op.permute_dims(dx, inverse_permutation(px)))
     if pw != [0, 1, 2]:
-        dw = ctx.emit(relax.op.permute_dims(dw, _inverse(pw)))
+        dw = ctx.emit(relax.op.permute_dims(dw, inverse_permutation(pw)))
     return [dx, dw]
 
 
 GRADIENTS["relax.nn.conv1d"] = RelaxGrad("conv2d_grad", None, ("input_grad", "filter_grad"), custom=_conv1d_grad)
 
 
-def _composite(name):
-    def rule(ctx, call, out, grad, target):
-        from . import composite
-        return getattr(composite, name)(ctx, call, out, grad, target)
-    rule.__name__ = name
-    return rule
-
-
 # gradients no backward.yaml op has: Relax ops around tvmgrad.relax kernels (composite.py)
 GRADIENTS.update({
-    "relax.strided_slice": RelaxGrad("strided_slice_grad", None, ("x_grad",), custom=_composite("strided_slice_grad"),
+    "relax.strided_slice": RelaxGrad("strided_slice_grad", None, ("x_grad",), custom=composite.strided_slice_grad,
                                      local=True),
-    "relax.nn.pad": RelaxGrad("pad_grad", None, ("x_grad",), custom=_composite("pad_grad"), local=True),
-    "relax.tile": RelaxGrad("tile_grad", None, ("x_grad",), custom=_composite("tile_grad"), local=True),
+    "relax.nn.pad": RelaxGrad("pad_grad", None, ("x_grad",), custom=composite.pad_grad, local=True),
+    "relax.tile": RelaxGrad("tile_grad", None, ("x_grad",), custom=composite.tile_grad, local=True),
     "relax.nn.adaptive_avg_pool2d": RelaxGrad("adaptive_avg_pool2d_grad", None, ("x_grad",),
-                                              custom=_composite("adaptive_avg_pool2d_grad"), local=True),
-    "relax.max": RelaxGrad("max_grad", None, ("x_grad",), custom=_composite("extreme_grad"), local=True),
-    "relax.min": RelaxGrad("min_grad", None, ("x_grad",), custom=_composite("extreme_grad"), local=True),
-    "relax.tril": RelaxGrad("tril_grad", None, ("x_grad", None), custom=_composite("tril_grad"), local=True),
+                                              custom=composite.adaptive_avg_pool2d_grad, local=True),
+    "relax.max": RelaxGrad("max_grad", None, ("x_grad",), custom=composite.extreme_grad, local=True),
+    "relax.min": RelaxGrad("min_grad", None, ("x_grad",), custom=composite.extreme_grad, local=True),
+    "relax.tril": RelaxGrad("tril_grad", None, ("x_grad", None), custom=composite.tril_grad, local=True),
     "relax.nn.conv2d_transpose": RelaxGrad("conv2d_transpose_grad", None, ("x_grad", "filter_grad"),
-                                           custom=_composite("conv2d_transpose_grad"), local=True),
+                                           custom=composite.conv2d_transpose_grad, local=True),
 })

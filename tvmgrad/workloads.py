@@ -1,0 +1,84 @@
+"""What the benchmark (``tvmgrad bench``) and the tuner (``tvmgrad tune``) run an op on and measure
+it against: an op's representative inputs at a given size, the timing of a call, and the memory
+roofline (a parallel copy of the same bytes)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from . import registry
+
+__all__ = ["make_inputs", "best_and_median", "copy_roofline"]
+
+ATTR_BY_TYPE = {"float": 0.5, "double": 0.5, "Scalar": 2.0, "int": 1, "int64_t": 1, "bool": False}
+BENCH_ATTRS = {"prelu_grad": {"mode": "all"}}
+
+
+def make_inputs(op: str, n: int, dtype: str, broadcast: bool, seed: int = 0):
+    """Float inputs of ``n`` elements in (0.1, 0.9) (inside every pointwise op's domain but
+    acosh's); with ``broadcast``, the op's second broadcasting input is one row of a square."""
+    import ml_dtypes
+
+    from .benchrefs import input_makers
+    maker = input_makers().get(op)
+    if maker is not None and not broadcast:
+        return maker(n, dtype)
+    spec = registry.get(op).spec
+    rng = np.random.default_rng(seed)
+    npd = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    side = int(round(n ** 0.5))
+    shape = (side, n // side) if broadcast else (n,)
+    bcast_name = _second_broadcast_input(op) if broadcast else None
+    if broadcast and bcast_name is None:
+        raise ValueError(f"{op} has no broadcasting input")
+    inputs = {}
+    for p in spec.tensor_args:
+        s = (shape[1],) if p.name == bcast_name else shape
+        inputs[p.name] = rng.uniform(0.1, 0.9, size=s).astype(npd)
+    attrs = dict(BENCH_ATTRS.get(op, {}))
+    for p in spec.attrs:
+        if p.name not in spec.defaults and p.name not in attrs:
+            attrs[p.name] = ATTR_BY_TYPE[p.base_type]
+    return inputs, attrs
+
+
+def _second_broadcast_input(op):
+    entry = registry.get(op)
+    impl = entry.implementation
+    free = impl._broadcasting_inputs(entry.spec) if hasattr(impl, "_broadcasting_inputs") else set()
+    names = [p.name for p in entry.spec.tensor_args if p.name in free]
+    return names[1] if len(names) > 1 else None
+
+
+def best_and_median(fn, repeat: int) -> tuple[float, float]:
+    """(best, median) seconds of ``repeat`` calls after two warm-up calls."""
+    fn()
+    fn()
+    times = []
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), float(np.median(times))
+
+
+def copy_roofline(nbytes: int, repeat: int) -> float:
+    """GB/s of a parallel copy (all TVM threads, vectorised) of nbytes/2 into nbytes/2: what
+    moving the same bytes costs at best on this machine."""
+    import tvm
+    from tvm import s_tir, te
+    half = max(nbytes // 2 // 4, 64)
+    half -= half % 64
+    a = te.placeholder((half,), "float32", name="a")
+    b = te.compute((half,), lambda i: a[i], name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "copy"))
+    outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, 64])
+    sch.parallel(outer)
+    sch.vectorize(inner)
+    kernel = tvm.compile(sch.mod, target="llvm")["copy"]
+    src = np.random.default_rng(0).random(half, dtype=np.float32)
+    dst = np.empty_like(src)
+    best, _ = best_and_median(lambda: kernel(src, dst), repeat)
+    return 2 * src.nbytes / best / 1e9
