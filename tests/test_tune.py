@@ -1,7 +1,6 @@
 """meta_schedule tuning: databases that are written, shipped, applied and rejected when broken."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -127,6 +126,58 @@ def test_aot_library_carries_tuned_kernels(tuned_db, tmp_path):
     got = lib.run("relu_grad", _inputs())["x_grad"]
     x = _inputs()["out"]
     np.testing.assert_array_equal(got, np.where(x > 0, x * 3, 0))
+
+
+def test_a_tuned_plan_names_the_plan_it_was_tuned_from(tuned_db, no_db):
+    root, _ = tuned_db
+    plain = tvmgrad.prepare("relu_grad", _inputs()).plan
+    tuned.use_database(root)
+    specialised = tvmgrad.prepare("relu_grad", _inputs()).plan
+    assert specialised.key != plain.key and specialised.base_key == plain.key == plain.base_key
+    assert specialised.tuned_from == plain.key and plain.tuned_from is None
+
+
+def _relu_grad_graph(target):
+    from tvm import relax
+
+    import tvmgrad.relax as tr
+    x = relax.Var("out", relax.TensorType((SIZE,), "float32"))
+    g = relax.Var("out_grad", relax.TensorType((SIZE,), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, g]):
+        with bb.dataflow():
+            out = bb.emit_output(tr.emit(bb, "relu_grad", {"out": x, "out_grad": g}, target=target))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def _assert_same_kernel(a, b):
+    """The same parameters and loop nest (attributes aside: Relax's carry tvmgrad.op...)."""
+    import tvm
+    from tvm import tirx
+    tvm.ir.assert_structural_equal(tirx.PrimFunc(a.params, a.body), tirx.PrimFunc(b.params, b.body))
+
+
+@pytest.mark.parametrize("when", ["at emit", "by schedule_kernels"])
+def test_relax_kernels_are_tuned_like_run_s(tuned_db, no_db, when):
+    """A Relax kernel of the sizes a record was tuned for gets its trace, through build.lower."""
+    import tvmgrad.relax as tr
+    root, _ = tuned_db
+    tuned.use_database(root)
+    specialised = tvmgrad.prepare("relu_grad", _inputs()).plan
+    import tvm
+    from tvm import relax, tirx
+    want = lower(specialised, resolve("llvm"))["main"]
+    if when == "at emit":
+        mod = _relu_grad_graph("llvm")
+    else:
+        mod = tr.schedule_kernels(_relu_grad_graph(None), "llvm")
+    (got,) = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
+    _assert_same_kernel(got, want)
+    vm = relax.VirtualMachine(tvm.compile(mod, target=resolve("llvm").target), tvm.cpu())
+    x = _inputs()
+    got = vm["main"](*(tvm.runtime.tensor(x[k]) for k in ("out", "out_grad"))).numpy()
+    np.testing.assert_array_equal(got, np.where(x["out"] > 0, x["out_grad"], 0))
 
 
 def _wait_for_port(port, log, timeout=60):

@@ -55,8 +55,8 @@ import numpy as np
 
 from . import hostcpu, registry, rt
 from ._version import __version__
-from .call import bind
 from .dtypes import FLOATS, dtype as as_dtype
+from .planning import plan_call
 from .runtime import Launch
 
 __all__ = ["build", "load_library", "Library", "variant_calls", "shards", "MANIFEST",
@@ -137,14 +137,13 @@ def plans_for(op: str, dtype: str) -> list:
     plans, accepted, refused = {}, 0, None
     for inputs, attrs in variant_calls(op):
         try:
-            call = bind(entry.spec, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
-            plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+            planned = plan_call(entry, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
         except (ValueError, TypeError, NotImplementedError) as exc:
             refused = refused or exc        # an attribute combination the op refuses
             continue
         accepted += 1
-        if plan.make is not None:
-            plans.setdefault(repr(plan.key), (call, plan))
+        if planned.plan.make is not None:
+            plans.setdefault(repr(planned.plan.key), (planned.call, planned.plan))
     if not accepted and refused is not None:
         raise refused
     return list(plans.values())
@@ -217,9 +216,8 @@ def _slug(text: str) -> str:
 
 
 def _entry_json(op, call, plan, tuned_shapes=None) -> dict:
-    base_key = plan.key[:-3] if tuned_shapes is not None else plan.key
     return {
-        "op": op, "symbol": plan.symbol, "key": repr(base_key), "pattern": plan.pattern,
+        "op": op, "symbol": plan.symbol, "key": repr(plan.base_key), "pattern": plan.pattern,
         "call_dtype": _call_dtype(call),      # what a call is looked up by (complex variants too)
         "schedule": "tuned" if tuned_shapes is not None else "rules", "tuned_shapes": tuned_shapes,
         "args": [{"kind": a.kind, "name": a.name, "index": a.index,
@@ -230,23 +228,20 @@ def _entry_json(op, call, plan, tuned_shapes=None) -> dict:
     }
 
 
-def _tuned_plans(db_root, target_key, op, dtype) -> list:
+def _tuned_plans(db_root, tgt, op, dtype) -> list:
     """Size-specialised kernels of ``op`` that a tuning database holds for this target/dtype."""
-    from .tuned import Database, call_shapes, record_call, tuned_plan
+    from .tuned import Database, call_shapes, record_call
     if db_root is None:
         return []
     db = Database(db_root)
-    entry = registry.get(op)
     plans = []
-    for record in db.records(target_key, dtype):
+    for record in db.records(tgt.key, dtype):
         if record.op != op or record.inputs is None:
             continue
         inputs, attrs = record_call(record)
-        call = bind(entry.spec, inputs, attrs)
-        outs = registry.infer_outputs(entry, call)
-        plan = tuned_plan(entry.impl.plan(call, outs), call, outs, _LibTarget("", None, target_key), db)
-        if plan.trace is not None:
-            plans.append((call, plan, call_shapes(plan, call, outs)))
+        p = plan_call(op, inputs, attrs, target=tgt, db=db)
+        if p.plan.trace is not None:
+            plans.append((p.call, p.plan, call_shapes(p.plan, p.call, p.outputs)))
     return plans
 
 
@@ -363,7 +358,7 @@ def _build_shard(shard: Shard, out_dir: pathlib.Path, spec, archs, db_root) -> d
     for op in shard.ops:
         try:
             plans = [(c, p, None) for c, p in plans_for(op, dtype)]
-            plans += _tuned_plans(db_root, tgt.key, op, dtype)
+            plans += _tuned_plans(db_root, tgt, op, dtype)
         except (ValueError, TypeError, NotImplementedError) as exc:
             skipped.append({"op": op, "dtype": dtype, "reason": str(exc)})
             continue
@@ -645,12 +640,8 @@ class Library:
         return module
 
     def prepare(self, op: str, inputs: dict | None, attrs: dict | None = None, **options) -> Launch:
-        entry = registry.get(op)
-        call = bind(entry.spec, inputs, attrs, **options)
-        if not entry.available:
-            raise NotImplementedError(f"{op}: not implemented")
-        outs = registry.infer_outputs(entry, call)
-        plan = entry.impl.plan(call, outs)
+        p = plan_call(op, inputs, attrs, **options)
+        entry, call, outs, plan = p.entry, p.call, p.outputs, p.plan
         function = None
         if plan.make is not None:
             from .tuned import call_shapes

@@ -423,20 +423,17 @@ def _zip_installed_ffi(dest: pathlib.Path, version: str, tag: str) -> dict:
 def _cases_for_library(lib: dict, reference, progress) -> tuple[dict, dict, list]:
     """The cases of one library shard: per entry point, the first variant call that plans to it
     (as aot.plans_for picks it), its inputs and the reference outputs."""
-    from . import registry
     from .aot import variant_calls
-    from .call import bind
     from .examples import cast
+    from .planning import plan_call
     dtype = lib["dtype"]
     by_key = {(e["op"], e["key"]): e for e in lib["entries"] if e.get("tuned_shapes") is None}
     arrays, cases, covered = {}, [], set()
     for op in lib["ops"]:
-        entry = registry.get(op)
         for inputs, attrs in variant_calls(op):
             data = {k: cast(v, dtype) for k, v in inputs.items()}
             try:
-                call = bind(entry.spec, data, attrs)
-                plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
+                plan = plan_call(op, data, attrs).plan
             except (ValueError, TypeError, NotImplementedError):
                 continue
             if plan.make is None:
@@ -519,7 +516,7 @@ def build_bundle(out, *, target: str = "cuda", dtypes=("float32",), ops=None, ar
         # (b) cases and references
         t = time.time()
         if refs == "llvm-lib":
-            log(f"[2/5] references: LLVM library of the same ops and dtypes")
+            log("[2/5] references: LLVM library of the same ops and dtypes")
             ref_dir = work / "ref-llvm"
             aot.build(ref_dir, target="llvm", dtypes=dtypes, ops=ops, jobs=jobs, progress=progress)
             ref_lib = aot.load_library(ref_dir)
@@ -537,7 +534,7 @@ def build_bundle(out, *, target: str = "cuda", dtypes=("float32",), ops=None, ar
                         "PrimFuncs as tvmgrad.run on LLVM; tvmgrad.run where that library's "
                         "loader finds no kernel for a call its build holds")
         else:
-            log(f"[2/5] references: tvmgrad.run on LLVM per call")
+            log("[2/5] references: tvmgrad.run on LLVM per call")
             import tvmgrad
             reference = tvmgrad.run
             refs_how = "tvmgrad.run(op, inputs, attrs) on LLVM (target='llvm', this host)"

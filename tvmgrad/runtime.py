@@ -34,11 +34,12 @@ import numpy as np
 
 from . import registry, rt
 from .cache import KernelCache, default_cache
-from .call import BoundCall, bind
+from .call import BoundCall
 from .dtypes import DType, dtype as as_dtype
-from .families.base import Arg, Plan
+from .families.base import Plan
 from .infer_meta import TensorMeta
-from .targets import Resolved, resolve
+from .planning import plan_call
+from .targets import Resolved
 
 __all__ = ["run", "prepare", "Launch", "clear_run_cache", "run_cache_info", "aligned_empty",
            "to_tvm", "ALIGN"]
@@ -166,7 +167,6 @@ class _RunCache:
 
 
 _RUN_CACHE = _RunCache()
-PLANNED = [0]      # how many calls were planned (bind + InferMeta + planner): tests count it
 
 
 def clear_run_cache() -> None:
@@ -182,97 +182,7 @@ def run_cache_info() -> dict:
 
 
 # ------------------------------------------------------------------------------------------
-# Planning, with a probe for plans that read data
-
-class _Probe:
-    """A stand-in for an input array while planning: its shape and dtype as they are; any other
-    use (``np.asarray``, indexing, attributes) works too but is logged, so the plan is known to
-    depend on the data."""
-
-    __slots__ = ("_value", "_log")
-
-    def __init__(self, value, log):
-        self._value, self._log = value, log
-
-    @property
-    def shape(self):
-        return self._value.shape
-
-    @property
-    def dtype(self):
-        return self._value.dtype
-
-    @property
-    def ndim(self):
-        return len(self._value.shape)
-
-    @property
-    def size(self):
-        return math.prod(self._value.shape)
-
-    def __array__(self, dtype=None, copy=None):
-        self._log.append("__array__")
-        return np.asarray(self._value, dtype=dtype)
-
-    def __getattr__(self, name):
-        self._log.append(name)
-        return getattr(self._value, name)
-
-    def __len__(self):
-        self._log.append("__len__")
-        return len(self._value)
-
-    def __getitem__(self, item):
-        self._log.append("__getitem__")
-        return self._value[item]
-
-    def __iter__(self):
-        self._log.append("__iter__")
-        return iter(self._value)
-
-
-def _plan(entry, call: BoundCall, probe: bool):
-    """(outputs, plan, data_free) of a bound call; ``data_free``: the planner used nothing but
-    the inputs' shapes and dtypes (only known when ``probe``), so the plan serves every call of
-    the same signature."""
-    op = call.op
-    PLANNED[0] += 1
-    if probe and call.has_data:
-        log: list = []
-        real = dict(call.tensors)
-        probes = {}
-        for name, value in real.items():
-            if isinstance(value, (np.ndarray, rt.Foreign)):
-                probes[name] = _Probe(value, log)
-            elif isinstance(value, list):
-                probes[name] = [_Probe(v, log) if isinstance(v, (np.ndarray, rt.Foreign)) else v
-                                for v in value]
-        call.tensors.update(probes)
-        try:
-            outs = registry.infer_outputs(entry, call)
-            plan = entry.impl.plan(call, outs)
-        except Exception:  # noqa: BLE001 - a stand-in may not do: plan again with the arrays
-            log.append("error")
-        finally:
-            for name, value in probes.items():
-                if call.tensors.get(name) is value:
-                    call.tensors[name] = real[name]
-                else:                               # the planner replaced the input
-                    log.append("replaced")
-        if not log:
-            return outs, plan, True
-    try:
-        outs = registry.infer_outputs(entry, call)
-        plan = entry.impl.plan(call, outs)
-    except (ValueError, TypeError) as exc:
-        # every error of a bad call names the op (a check deep in a planner, or numpy's own
-        # message about an array it was given, may not)
-        if str(exc).startswith(f"{op}: "):
-            raise
-        kind = TypeError if isinstance(exc, TypeError) else ValueError
-        raise kind(f"{op}: {exc}") from exc
-    return outs, plan, False
-
+# Plans kept by bound calls
 
 def _no_make():
     raise RuntimeError("this plan's kernel is compiled already (a bound plan keeps no builder)")
@@ -773,13 +683,13 @@ class Launch:
             other = self._others.get(sig)
             if other is not None:
                 return other
-        # new shapes (or a plan that reads data): InferMeta and the planner again
+        # new shapes (or a plan that reads data): InferMeta and the planner again (a library's
+        # launch: its prebuilt kernels, never a tuned variant)
         spec = self.op.spec
-        call = bind(spec, inputs, self.call.attrs, **self.call.options)
-        outs, plan, data_free = _plan(self.op, call, probe=sig is not None)
-        from .tuned import tuned_plan
-        if isinstance(self.target, Resolved):
-            plan = tuned_plan(plan, call, outs, self.target)
+        planned = plan_call(self.op, inputs, self.call.attrs, probe=sig is not None,
+                            target=self.target if isinstance(self.target, Resolved) else None,
+                            **self.call.options)
+        call, plan, outs, data_free = planned.call, planned.plan, planned.outputs, planned.data_free
         if plan.key != self.plan.key:
             raise ValueError(f"{spec.name}: these inputs need kernel variant {plan.key}, not this "
                              f"launch's {self.plan.key}: prepare a new launch for them")
@@ -818,22 +728,16 @@ def prepare(op: str, inputs: dict | None, attrs: dict | None = None, *, target="
 
 
 def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> Launch:
-    entry = registry.get(op)
-    call = bind(entry.spec, inputs, attrs, **options)
-    if not entry.available:
-        raise NotImplementedError(f"{op}: listed in backward.yaml but not implemented yet")
-    outs, plan, data_free = _plan(entry, call, probe)
-    tgt = resolve(target)
+    p = plan_call(op, inputs, attrs, target=target, probe=probe, **options)
+    tgt = p.target
     tgt.check_runs_here(op)
     if tgt.is_gpu and not rt.cuda_available():
         raise RuntimeError(f"{op}: target {tgt.kind} needs a CUDA driver and GPU, and this machine "
                            f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")
-    from .tuned import tuned_plan
-    plan = tuned_plan(plan, call, outs, tgt)
     function = None
-    if plan.make is not None:
-        function = (cache or default_cache).get(plan, entry.impl, tgt).function
-    return Launch(entry, call, plan, outs, tgt, function, data_free=data_free)
+    if p.plan.make is not None:
+        function = (cache or default_cache).get(p.plan, p.entry.impl, tgt).function
+    return Launch(p.entry, p.call, p.plan, p.outputs, tgt, function, data_free=p.data_free)
 
 
 def run(op: str, inputs: dict | None, attrs: dict | None = None, *, target="llvm",

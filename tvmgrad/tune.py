@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import registry
-from .call import bind
+from .planning import plan_call
 from .tuned import Database, Record, apply_trace, call_shapes, describe_call
 from .workloads import copy_roofline, make_inputs
 
@@ -156,11 +155,9 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
     roofline = copy_roofline(8 * size, 5) if only_below is not None else None
     results = []
     for op in ops:
-        entry = registry.get(op)
         inputs, attrs = make_inputs(op, size, dtype, broadcast=False)
-        call = bind(entry.spec, inputs, attrs)
-        outs = registry.infer_outputs(entry, call)
-        plan = entry.impl.plan(call, outs)
+        planned = plan_call(op, inputs, attrs)
+        call, outs, plan = planned.call, planned.outputs, planned.plan
         shapes = call_shapes(plan, call, outs)
         if plan.make is None or plan.make_static is None:
             results.append(TuneResult(op, repr(plan.key), shapes, 0, None, False, "not tunable (no static form)"))

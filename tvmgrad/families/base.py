@@ -72,6 +72,15 @@ class Plan:
     # every index of this call fits 32 bits: the kernel's index math is narrowed to int32 before
     # scheduling (no 64-bit division, which CUDA runs as a call that spills); part of the key
     narrow_index: bool = False
+    # a tuned variant: the key of the plan its family made, which the tuning record is filed
+    # under (set by ``planning`` when a record replaces the plan); None for that plan itself
+    tuned_from: tuple | None = None
+
+    @property
+    def base_key(self) -> tuple:
+        """The kernel's identity without tuning: the key its family gave it (a tuned variant's
+        own key adds the record's sizes and trace digest)."""
+        return self.key if self.tuned_from is None else self.tuned_from
 
 
 class OpImpl:

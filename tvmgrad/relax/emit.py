@@ -3,9 +3,10 @@ from our InferMeta (Relax shape variables stay symbolic), and scheduling such ke
 
 from __future__ import annotations
 
-from .. import registry, schedules
-from ..call import bind
+from .. import schedules
+from ..families.base import Plan
 from ..infer_meta import TensorMeta
+from ..planning import plan_call
 
 __all__ = ["emit", "schedule_kernels", "tvmgrad_kernels"]
 
@@ -34,18 +35,16 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
     """Emit ``op`` into the dataflow block ``bb`` is building; returns the output expr (a tuple of
     them, in YAML output order, for several outputs; None for an output that is not produced).
 
-    ``target`` (optional) schedules the kernel with tvmgrad's rules for that target; without it
-    the kernel is left to the Relax pipeline (dlight on CUDA, default lowering on CPU)."""
+    ``target`` (optional) schedules the kernel for that target now (``tvmgrad.build.lower``: its
+    tuned trace where the tuning database has one for these static sizes, else tvmgrad's rules);
+    without it the kernel is left for ``schedule_kernels`` / the tvmgrad pipeline."""
     from tvm import relax, tirx
 
     from ..fastmath import install
     install()          # float32 exp/erf on LLVM as vectorisable polynomials (process-wide rule)
-    entry = registry.get(op)
-    if not entry.available:
-        raise NotImplementedError(f"{op}: not implemented")
-    call = bind(entry.spec, {k: _metas(v) for k, v in inputs.items()}, attrs, metas_only=True)
-    outs = registry.infer_outputs(entry, call)
-    plan = entry.impl.plan(call, outs)
+    planned = plan_call(op, {k: _metas(v) for k, v in inputs.items()}, attrs, metas_only=True,
+                        target=target)
+    entry, outs, plan = planned.entry, planned.outputs, planned.plan
     exprs = {}
     for name, value in inputs.items():
         exprs[name] = value
@@ -56,11 +55,14 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
         # opaque to Relax's FuseOps: our kernels take coalesced views with their own symbolic
         # dims, which FuseTIR cannot merge with a neighbour's buffers
         func = func.with_attr("op_pattern", 8)
+        if plan.narrow_index:            # (for a module scheduled where _PLANS lacks the plan)
+            func = func.with_attr("tvmgrad.narrow_index", True)
         if target is not None:
-            func = _with_attrs(_lowered(plan, target), func)
+            func = _with_attrs(_lowered(plan, planned.target), func)
         else:
             func = _cpu_form(func)
             _PLANS[plan.symbol] = plan
+            _PLANNED[plan.symbol] = planned
         gvar = bb.add_func(func, plan.symbol)
         args, out_tys, out_names = [], [], []
         for a in plan.args:
@@ -99,6 +101,7 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
 
 
 _PLANS: dict = {}        # symbol -> plan of kernels emitted unscheduled (schedule_kernels remakes them)
+_PLANNED: dict = {}      # symbol -> the planned call of those ``emit`` made (tuned for the target then)
 
 
 def _cpu_form(func):
@@ -110,13 +113,24 @@ def _cpu_form(func):
     return func.specialize({flag[0]: tirx.IntImm("int64", 0)}) if flag else func
 
 
-def _lowered(plan, target):
+def _lowered(plan, target, symbol: str | None = None):
     """The plan's kernel scheduled for ``target`` by ``tvmgrad.build.lower`` (a tuned trace
-    where the plan has one, else the schedule rules), marked scheduled."""
+    where the plan has one, else the schedule rules), marked scheduled; ``symbol``: the name it
+    keeps in the module (a tuned variant replacing the kernel emitted under the plain one's)."""
     from .. import build
     from ..targets import resolve
-    tgt = target if hasattr(target, "is_gpu") else resolve(target)
-    return build.lower(plan, tgt)["main"].with_attr("tirx.is_scheduled", True)
+    func = build.lower(plan, resolve(target))["main"].with_attr("tirx.is_scheduled", True)
+    return func if symbol is None else func.with_attr("global_symbol", symbol)
+
+
+def _as_plan(func) -> Plan:
+    """A kernel whose plan this process does not hold (a module emitted elsewhere) as a plan
+    of itself, so that ``tvmgrad.build.lower`` schedules it like every other."""
+    attrs = func.attrs
+    name = str(attrs["global_symbol"])
+    return Plan(key=("relax.kernel", name), symbol=name, make=lambda: func,
+                pattern=str(attrs["tvmgrad.pattern"]),
+                narrow_index="tvmgrad.narrow_index" in attrs and bool(attrs["tvmgrad.narrow_index"]))
 
 
 def _with_attrs(func, like):
@@ -139,18 +153,16 @@ def schedule_kernels(mod, target):
     """Schedule every unscheduled tvmgrad kernel of a Relax module for ``target`` with
     ``tvmgrad.build.lower`` (its tuned trace, else tvmgrad's rules); the Relax pipeline then
     leaves them alone. Kernels emitted in this process are remade from their plans (their
-    target-specific form, not the CPU one); others are scheduled as they are."""
+    target-specific form, not the CPU one; ``emit``'s tuned where the database has a record for
+    the call on ``target``); others are scheduled as they are."""
     from ..targets import resolve
-    tgt = target if hasattr(target, "is_gpu") else resolve(target)
+    tgt = resolve(target)
     updates = {}
     for gvar, func in tvmgrad_kernels(mod).items():
-        plan = _PLANS.get(str(gvar.name_hint))
-        if plan is not None:
-            scheduled = _lowered(plan, tgt)
-        else:
-            scheduled = schedules.apply(func, tgt.target, str(func.attrs["tvmgrad.pattern"]))["main"]
-            scheduled = scheduled.with_attr("tirx.is_scheduled", True)
-        updates[gvar] = _with_attrs(scheduled, func)
+        name = str(gvar.name_hint)
+        planned = _PLANNED.get(name)
+        plan = planned.tuned_for(tgt) if planned is not None else _PLANS.get(name)
+        updates[gvar] = _with_attrs(_lowered(plan or _as_plan(func), tgt, name), func)
     if not updates:
         return mod
     mod = mod.clone()
