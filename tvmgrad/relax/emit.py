@@ -8,7 +8,7 @@ from ..families.base import Plan
 from ..infer_meta import TensorMeta
 from ..planning import plan_call
 
-__all__ = ["emit", "schedule_kernels", "tvmgrad_kernels"]
+__all__ = ["emit", "schedule_kernels", "tvmgrad_kernels", "lowered", "same_shape", "EMITTED_PLANS"]
 
 
 def _meta(expr) -> TensorMeta:
@@ -26,9 +26,10 @@ def _metas(value):
     return _meta(value)
 
 
-def _same(a, b) -> bool:
-    from ..infer_meta import same_shape
-    return same_shape(tuple(a), tuple(b))
+def same_shape(a, b) -> bool:
+    """Equal shapes (Relax dims: symbolic ones equal when TVM's arithmetic proves it)."""
+    from ..infer_meta import same_shape as same
+    return same(tuple(a), tuple(b))
 
 
 def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
@@ -55,13 +56,13 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
         # opaque to Relax's FuseOps: our kernels take coalesced views with their own symbolic
         # dims, which FuseTIR cannot merge with a neighbour's buffers
         func = func.with_attr("op_pattern", 8)
-        if plan.narrow_index:            # (for a module scheduled where _PLANS lacks the plan)
+        if plan.narrow_index:            # (for a module scheduled where EMITTED_PLANS lacks the plan)
             func = func.with_attr("tvmgrad.narrow_index", True)
         if target is not None:
-            func = _with_attrs(_lowered(plan, planned.target), func)
+            func = _with_attrs(lowered(plan, planned.target), func)
         else:
             func = _cpu_form(func)
-            _PLANS[plan.symbol] = plan
+            EMITTED_PLANS[plan.symbol] = plan
             _PLANNED[plan.symbol] = planned
         gvar = bb.add_func(func, plan.symbol)
         args, out_tys, out_names = [], [], []
@@ -71,7 +72,7 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
             elif a.kind == "input":
                 expr = exprs[a.name] if a.index is None else exprs[a.name][a.index]
                 meta = _meta(expr)
-                if a.shape is not None and not _same(a.shape, meta.shape):
+                if a.shape is not None and not same_shape(a.shape, meta.shape):
                     expr = bb.emit(relax.op.reshape(expr, list(a.shape)))
                 args.append(expr)
             else:
@@ -83,7 +84,7 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
         value = bb.emit(relax.call_tir(gvar, args, out_tys if len(out_tys) > 1 else out_tys[0]))
         for i, (name, index, meta) in enumerate(out_names):
             item = bb.emit(relax.TupleGetItem(value, i)) if len(out_tys) > 1 else value
-            if not _same(_meta(item).shape, meta.shape):
+            if not same_shape(_meta(item).shape, meta.shape):
                 item = bb.emit(relax.op.reshape(item, list(meta.shape)))
             if index is None:
                 results[name] = item
@@ -100,7 +101,7 @@ def emit(bb, op: str, inputs: dict, attrs: dict | None = None, *, target=None):
     return ordered[0] if len(ordered) == 1 else tuple(ordered)
 
 
-_PLANS: dict = {}        # symbol -> plan of kernels emitted unscheduled (schedule_kernels remakes them)
+EMITTED_PLANS: dict = {}  # symbol -> plan of kernels emitted unscheduled (schedule_kernels remakes them)
 _PLANNED: dict = {}      # symbol -> the planned call of those ``emit`` made (tuned for the target then)
 
 
@@ -113,7 +114,7 @@ def _cpu_form(func):
     return func.specialize({flag[0]: tirx.IntImm("int64", 0)}) if flag else func
 
 
-def _lowered(plan, target, symbol: str | None = None):
+def lowered(plan, target, symbol: str | None = None):
     """The plan's kernel scheduled for ``target`` by ``tvmgrad.build.lower`` (a tuned trace
     where the plan has one, else the schedule rules), marked scheduled; ``symbol``: the name it
     keeps in the module (a tuned variant replacing the kernel emitted under the plain one's)."""
@@ -161,8 +162,8 @@ def schedule_kernels(mod, target):
     for gvar, func in tvmgrad_kernels(mod).items():
         name = str(gvar.name_hint)
         planned = _PLANNED.get(name)
-        plan = planned.tuned_for(tgt) if planned is not None else _PLANS.get(name)
-        updates[gvar] = _with_attrs(_lowered(plan or _as_plan(func), tgt, name), func)
+        plan = planned.tuned_for(tgt) if planned is not None else EMITTED_PLANS.get(name)
+        updates[gvar] = _with_attrs(lowered(plan or _as_plan(func), tgt, name), func)
     if not updates:
         return mod
     mod = mod.clone()

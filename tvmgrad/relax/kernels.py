@@ -56,12 +56,12 @@ def emit_plan(bb, op: str, plan: Plan, args, out_types, *, target=None):
     it is left for ``schedule_kernels`` / the tvmgrad pipeline."""
     from tvm import relax
 
-    from .emit import _PLANS, _lowered
+    from .emit import EMITTED_PLANS, lowered
     if target is not None:
-        func = _lowered(plan, target)
+        func = lowered(plan, target)
     else:
         func = plan.make()
-        _PLANS[plan.symbol] = plan
+        EMITTED_PLANS[plan.symbol] = plan
     func = (func.with_attr("global_symbol", plan.symbol).with_attr("tvmgrad.op", op)
             .with_attr("tvmgrad.pattern", plan.pattern).with_attr("op_pattern", 8))
     gvar = bb.add_func(func, plan.symbol)

@@ -42,7 +42,6 @@ class TorchModel:
 
     def loss_and_grads(self):
         """The loss and each parameter's gradient (numpy), from torch autograd."""
-        import torch
         self.module.train(self.train)
         self.module.zero_grad(set_to_none=True)
         loss = self.module(*self.inputs)

@@ -136,10 +136,10 @@ def _make_mutator():
             super().__init__(mod)
 
         def _emit_kernel(self, op, plan, args, out_ty):
-            from .emit import _PLANS
+            from .emit import EMITTED_PLANS
             func = (plan.make().with_attr("global_symbol", plan.symbol).with_attr("tvmgrad.op", op)
                     .with_attr("tvmgrad.pattern", plan.pattern).with_attr("op_pattern", 8))
-            _PLANS[plan.symbol] = plan
+            EMITTED_PLANS[plan.symbol] = plan
             gvar = self.builder_.add_func(func, plan.symbol)
             return self.builder_.emit(relax.call_tir(gvar, list(args), out_ty))
 
@@ -253,7 +253,7 @@ def _analyse(func):
 
 def _kernel_op(mod, call):
     """(tvmgrad op, plan) of a call_tir to a tvmgrad kernel, else (None, None)."""
-    from .emit import _PLANS
+    from .emit import EMITTED_PLANS
     if getattr(call.op, "name", "") != "relax.call_tir":
         return None, None
     gvar = call.args[0]
@@ -263,7 +263,7 @@ def _kernel_op(mod, call):
         return None, None
     if func.attrs is None or "tvmgrad.op" not in func.attrs:
         return None, None
-    return str(func.attrs["tvmgrad.op"]), _PLANS.get(str(gvar.name_hint))
+    return str(func.attrs["tvmgrad.op"]), EMITTED_PLANS.get(str(gvar.name_hint))
 
 
 def _is_transpose2d(value) -> bool:
@@ -345,10 +345,10 @@ def _make_pruner(mod, func):
             return self.builder_.emit(relax.op.reshape(self.visit_expr(w), [1, rows, cols])), True
 
         def _kernel(self, plan, args, shape, dt):
-            from .emit import _PLANS
+            from .emit import EMITTED_PLANS
             f = (plan.make().with_attr("global_symbol", plan.symbol).with_attr("tvmgrad.op", "matmul")
                  .with_attr("tvmgrad.pattern", plan.pattern).with_attr("op_pattern", 8))
-            _PLANS[plan.symbol] = plan
+            EMITTED_PLANS[plan.symbol] = plan
             gvar = self.builder_.add_func(f, plan.symbol)
             return self.builder_.emit(relax.call_tir(gvar, [self.visit_expr(a) for a in args],
                                                      relax.TensorType(list(shape), dt)))

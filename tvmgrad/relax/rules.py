@@ -12,7 +12,7 @@ from typing import Callable
 from . import composite
 from .batch_norm import batch_norm_grad
 from .conv import conv2d_grad, inverse_permutation, layout_permutation
-from .emit import _same, emit
+from .emit import emit, same_shape
 from .fallback import tvm_fallback
 
 __all__ = ["GRADIENTS", "RelaxGrad", "NO_GRAD"]
@@ -422,7 +422,7 @@ def _power_grad(ctx, call, out, grad, target):
     from tvm.relax.op.grad import no_grad
     x, y = call.args
     if not (isinstance(y, tvm.ir.expr.Constant) and y.value.numpy().size == 1 and "float" in str(x.ty.dtype)
-            and _same(out.ty.shape.values, x.ty.shape.values)):
+            and same_shape(out.ty.shape.values, x.ty.shape.values)):
         return tvm_fallback(ctx, call, out, grad, "exponent is not a scalar constant")
     value = float(y.value.numpy().reshape(-1)[0])
     return [emit(ctx, "pow_grad", {"x": x, "out_grad": grad}, {"y": value}, target=target), no_grad(y)]
