@@ -64,7 +64,8 @@ def test_the_spec_and_the_typing_marker_are_package_data():
 
 SETUPTOOLS_VIEW = r"""
 import json, os, sys
-from setuptools._distutils.core import run_setup
+import setuptools  # noqa: F401 - setuptools' own distutils and Distribution (any version)
+from distutils.core import run_setup
 os.chdir(sys.argv[1])
 dist = run_setup("setup.py", stop_after="config")      # pyproject.toml + setup.py, nothing built
 cmd = dist.get_command_obj("build_py")
