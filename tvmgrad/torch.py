@@ -125,28 +125,39 @@ def schema(op: str) -> str:
     return f"({', '.join(parts)}) -> {ret}"
 
 
-def _split(spec, names, args, kwargs) -> tuple[dict, dict]:
+_TENSOR, _LIST, _DTYPE, _ATTR = range(4)
+
+
+def _params(spec) -> tuple:
+    """(name, kind) per YAML argument: how ``_split`` hands it to tvmgrad (computed once)."""
+    return tuple((p.name, (_LIST if p.is_tensor_list else _TENSOR) if p.is_tensor
+                  else _DTYPE if p.base_type == "DataType" else _ATTR) for p in spec.args)
+
+
+def _split(params, names, args, kwargs) -> tuple[dict, dict]:
     """The dispatcher's arguments as tvmgrad's inputs and attrs (None: absent / YAML default)."""
     values = dict(zip(names, args))
-    values.update(kwargs)
+    if kwargs:
+        values.update(kwargs)
     inputs, attrs = {}, {}
-    for p in spec.args:
-        value = values.get(p.name)
+    for name, kind in params:
+        value = values.get(name)
         if value is None:
             continue
-        if p.is_tensor:
-            inputs[p.name] = list(value) if p.is_tensor_list else value
-        elif p.base_type == "DataType":
-            attrs[p.name] = as_dtype(value).name
+        if kind == _TENSOR:
+            inputs[name] = value
+        elif kind == _LIST:
+            inputs[name] = list(value)
+        elif kind == _DTYPE:
+            attrs[name] = as_dtype(value).name
         else:
-            attrs[p.name] = value
+            attrs[name] = value
     return inputs, attrs
 
 
 def _outputs(op: str, spec, results: dict, convert):
-    rets = _returns(spec)
     out = []
-    for o, kind in zip(spec.outputs, rets):
+    for o, kind in zip(spec.outputs, _returns(spec)):
         value = results.get(o.name)
         if value is None:
             if kind == "Tensor":
@@ -161,6 +172,8 @@ def _outputs(op: str, spec, results: dict, convert):
 
 
 def _as_torch(value):
+    if type(value).__module__ == "torch":             # (torch.Tensor; import-free check)
+        return value
     import torch
     if isinstance(value, torch.Tensor):
         return value
@@ -169,10 +182,16 @@ def _as_torch(value):
 
 def _kernel(op: str, spec, names: list[str], target: str):
     from .runtime import run
+    params = _params(spec)
+    outputs = [o.name for o in spec.outputs]
+    simple = len(outputs) == 1 and not spec.outputs[0].is_list and not spec.optional
 
     def kernel(*args, **kwargs):
-        inputs, attrs = _split(spec, names, args, kwargs)
-        return _outputs(op, spec, run(op, inputs, attrs, target=target), _as_torch)
+        inputs, attrs = _split(params, names, args, kwargs)
+        results = run(op, inputs, attrs, target=target)
+        if simple and results[outputs[0]] is not None:    # the common case, without the checks
+            return _as_torch(results[outputs[0]])
+        return _outputs(op, spec, results, _as_torch)
     kernel.__name__ = f"{op}_{target}"
     return kernel
 
@@ -181,9 +200,10 @@ def _fake(op: str, entry, names: list[str]):
     """The fake (meta) kernel: our InferMeta on the tensors' shapes and dtypes."""
     import torch
     spec = entry.spec
+    params = _params(spec)
 
     def fake(*args, **kwargs):
-        inputs, attrs = _split(spec, names, args, kwargs)
+        inputs, attrs = _split(params, names, args, kwargs)
         device = None
         metas = {}
         for name, value in inputs.items():
