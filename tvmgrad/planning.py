@@ -18,7 +18,7 @@ from .call import BoundCall, bind
 from .families.base import Plan
 from .targets import Resolved, resolve
 
-__all__ = ["PlannedCall", "plan_call"]
+__all__ = ["PlannedCall", "plan_call", "calls_planned"]
 
 
 @dataclass
@@ -47,6 +47,15 @@ class PlannedCall:
         return self.plan if tuned is self.plan else replace(tuned, tuned_from=self.plan.key)
 
 
+_PLANNED = [0]        # calls planned in this process (a reused Launch or run's signature cache adds none)
+
+
+def calls_planned() -> int:
+    """How many calls this process has planned (bound, inferred and planned): what a reused
+    ``Launch`` or ``run``'s signature cache saves is visible as this count not moving."""
+    return _PLANNED[0]
+
+
 def plan_call(op, inputs: dict | None, attrs: dict | None = None, *, target=None, db=None,
               metas_only: bool = False, probe: bool = False, **options) -> PlannedCall:
     """Plan a call of ``op`` (a name or a registry entry) on ``inputs`` (arrays; TensorMetas
@@ -63,6 +72,7 @@ def plan_call(op, inputs: dict | None, attrs: dict | None = None, *, target=None
     if not entry.available:
         raise NotImplementedError(f"{entry.name}: listed in backward.yaml but not implemented yet")
     outs, plan, data_free = _plan(entry, call, probe)
+    _PLANNED[0] += 1
     planned = PlannedCall(entry, call, outs, plan, data_free=data_free)
     if target is not None:
         planned.target = resolve(target)
