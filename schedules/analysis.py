@@ -8,7 +8,8 @@ import tvm_ffi
 from tvm import tirx
 
 __all__ = ["BlockInfo", "analyze", "top_blocks", "root_block", "annotations", "as_int",
-           "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role"]
+           "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role",
+           "indexed_by"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -137,6 +138,11 @@ def _bindings(sch, block):
 
 def _uses(expr, var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def indexed_by(region, var) -> bool:
+    """Does ``var`` (e.g. a block iter var) appear in a buffer region's indices?"""
+    return any(_uses(r.min, var) for r in region.region)
 
 
 def _last_index_uses(blk, reduce_vars) -> bool:

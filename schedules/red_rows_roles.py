@@ -1,24 +1,33 @@
 """The block roles of the fused reduction kernels ("red_rows": the norm / softmax / loss grads)
-and what both targets' schedules read from them: which ro_* outputs share which rs_* row
-reductions, and which of an output's loops are the rows. Roles (see schedules/cuda/red_rows.py):
-``rs_*`` per-row reductions, ``rv_*`` per-row scalars, ``ro_*`` outputs reading them, ``cs_*``
-column reductions, ``cc_*`` their casts; other internal spatial blocks are inlined."""
+and what both targets' schedules read from them: which row outputs share which row reductions,
+and which of an output's loops are the rows. The builders name a block's role by its
+``rows.role`` annotation (``fits.ROW_ROLE``; see schedules/cuda/red_rows.py): ``reduce`` a
+per-row reduction, ``scalar`` a per-row scalar, ``output`` an output reading them, ``col_sum`` a
+column reduction, ``col_cast`` its cast; other internal spatial blocks are inlined."""
 
 from __future__ import annotations
 
 from tvm import tirx
 
-from .analysis import _bindings, analyze, top_blocks
+from .analysis import _bindings, analyze, annotations, top_blocks
+from .fits import ROW_ROLE
 
-__all__ = ["inline_internal", "ro_groups", "unpack_group", "attach_followers", "kept_loops"]
+__all__ = ["role", "inline_internal", "output_groups", "unpack_group", "attach_followers",
+           "kept_loops"]
+
+
+def role(sch, block) -> str | None:
+    """A block's ``rows.role`` (None for a block without one)."""
+    value = annotations(sch, block).get(ROW_ROLE)
+    return None if value is None else str(value)
 
 
 def unpack_group(sch, group, spatial):
-    """(first ro_* block, the group's other outputs, the rs_* blocks they read, nearest first,
-    the names of all of them). A group that reads no reduction is plain elementwise: each of
-    its blocks gets ``spatial(sch, loops)`` here, and the rs_* list is empty."""
+    """(first output block, the group's other outputs, the row reductions and scalars they
+    read, nearest first, the names of all of them). A group that reads no reduction is plain
+    elementwise: each of its blocks gets ``spatial(sch, loops)`` here, and the list is empty."""
     ro, followers = group[0], group[1:]
-    rs_blocks = _producers_rs(sch, ro)
+    rs_blocks = _row_producers(sch, ro)
     names = {sch.get(b).name_hint for b in rs_blocks} | {sch.get(b).name_hint for b in group}
     if not rs_blocks:
         for b in group:
@@ -32,8 +41,7 @@ def inline_internal(sch) -> None:
     while changed:
         changed = False
         for block in top_blocks(sch):
-            name = sch.get(block).name_hint
-            if name.startswith(("ro_", "rs_", "rv_", "cs_", "cc_")):
+            if role(sch, block) is not None:
                 continue
             info = analyze(sch, block)
             if info.is_reduction or not sch.get_consumers(block):
@@ -46,8 +54,9 @@ def inline_internal(sch) -> None:
                 continue
 
 
-def _producers_rs(sch, block):
-    """The rs_* blocks ``block`` depends on, nearest first (transitively through rs blocks)."""
+def _row_producers(sch, block):
+    """The row reductions and scalars ``block`` depends on, nearest first (transitively through
+    them)."""
     order, seen = [], set()
     frontier = [block]
     while frontier:
@@ -55,7 +64,7 @@ def _producers_rs(sch, block):
         for b in frontier:
             for p in sch.get_producers(b):
                 name = sch.get(p).name_hint
-                if name.startswith(("rs_", "rv_")) and name not in seen:
+                if role(sch, p) in ("reduce", "scalar") and name not in seen:
                     seen.add(name)
                     order.append(p)
                     nxt.append(p)
@@ -77,13 +86,13 @@ def _producers_rs(sch, block):
     return ordered
 
 
-def ro_groups(sch):
-    """The ro_* blocks grouped by the rs_* blocks they read (a multi-output compute gives one
-    block per output; they share their reductions, so they are scheduled together)."""
+def output_groups(sch):
+    """The output blocks grouped by the row reductions they read (a multi-output compute gives
+    one block per output; they share their reductions, so they are scheduled together)."""
     groups = {}
     for block in top_blocks(sch):
-        if sch.get(block).name_hint.startswith("ro_"):
-            key = frozenset(sch.get(b).name_hint for b in _producers_rs(sch, block))
+        if role(sch, block) == "output":
+            key = frozenset(sch.get(b).name_hint for b in _row_producers(sch, block))
             groups.setdefault(key, []).append(block)
     return [names for names in groups.values()]
 
@@ -109,7 +118,7 @@ def _is_ancestor_or_same(sch, lp, loop):
 
 
 def kept_loops(sch, ro, rs_blocks):
-    """Indices of the ro block's loops that index the rs results (the 'row' loops)."""
+    """Indices of the output block's loops that index the row results (the 'row' loops)."""
     blk = sch.get(ro)
     rs_bufs = [w.source for b in rs_blocks for w in sch.get(b).writes]
     used = set()

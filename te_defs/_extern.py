@@ -1,7 +1,7 @@
 """Kernel bodies for sequential algorithms: ``te.extern`` over annotated blocks.
 
-Shared by the indexing/scan/sort grads (schedules ``idx_serial``/``scan_blocked``) and the
-interpolation/sampling/ROI grads (schedule ``interp_gather``): both write bodies of spatial
+Shared by the indexing/scan/sort grads (schedule ``annotated_loops``) and the
+interpolation/sampling/ROI grads (schedule ``gather_owners``): both write bodies of spatial
 blocks whose ``tvmgrad.loops`` annotation (one letter per loop) tells their schedule which loops
 run in parallel, which stay serial in one thread and which are vector lanes.
 """

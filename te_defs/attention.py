@@ -456,15 +456,14 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     def guard(ok, value):
         return tirx.if_then_else(ok, value, f0)
 
-    src = {"attn.src": 1}
     qs = te.compute((c.B, c.H, Sqp, _ix(D)), lambda b, h, i, d: guard(
-        ok_q(b, i), c.q(b, i, h, d)), name="attn_qs", attrs=src)
+        ok_q(b, i), c.q(b, i, h, d)), name="attn_qs", attrs={"attn.src": "q"})
     dos = te.compute((c.B, c.H, Sqp, _ix(Dv)), lambda b, h, i, d: guard(
-        ok_q(b, i), c.do(b, i, h, d)), name="attn_dos", attrs=src)
+        ok_q(b, i), c.do(b, i, h, d)), name="attn_dos", attrs={"attn.src": "do"})
     rd = te.reduce_axis((_ix(0), _ix(Dv)), name="rd")
     delta = te.compute((c.B, c.H, Sqp), lambda b, h, i: te.sum(
         dos[b, h, i, rd] * guard(ok_q(b, i), c.o(b, i, h, rd)), axis=rd), name="attn_delta",
-        attrs=src)
+        attrs={"attn.src": "delta"})
     inf = tirx.const(float("inf"), cdt)
     ninf = tirx.const(float("-inf"), cdt)
 
@@ -472,11 +471,11 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
         v = c.lse(b, h, i)
         return tirx.if_then_else(ok_q(b, i), tirx.Select(v == ninf, f0, v), inf)
 
-    lset = te.compute((c.B, c.H, Sqp), lse_row, name="attn_lse", attrs=src)
+    lset = te.compute((c.B, c.H, Sqp), lse_row, name="attn_lse", attrs={"attn.src": "lse"})
     kT = te.compute((c.B, c.Hk, _ix(D), Skp), lambda b, h, d, j: guard(
-        ok_k(b, j), c.k(b, j, h, d)), name="attn_kT", attrs=src)
+        ok_k(b, j), c.k(b, j, h, d)), name="attn_kT", attrs={"attn.src": "kT"})
     vT = te.compute((c.B, c.Hk, _ix(Dv), Skp), lambda b, h, d, j: guard(
-        ok_k(b, j), c.v(b, j, h, d)), name="attn_vT", attrs=src)
+        ok_k(b, j), c.v(b, j, h, d)), name="attn_vT", attrs={"attn.src": "vT"})
 
     def probs(S, b, h, i, j):
         z = S * c.scale
@@ -529,7 +528,7 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
                                name="attn_dv", attrs={"attn.epilogue": "kv"})
     if want_dq:
         ks = te.compute((c.B, c.Hk, Skp, _ix(D)), lambda b, h, j, d: guard(
-            ok_k(b, j), c.k(b, j, h, d)), name="attn_ks", attrs=src)
+            ok_k(b, j), c.k(b, j, h, d)), name="attn_ks", attrs={"attn.src": "k"})
         P, dS = tiles("q")
         rj = te.reduce_axis((_ix(0), Skp), name="rj")
         dq_acc = te.compute((c.B, c.H, Sqp, _ix(D)), lambda b, h, i, d: te.sum(

@@ -112,7 +112,7 @@ class Mixed(Pointwise):
         return Plan(
             key=key, symbol=f"{op}_{'_'.join(sorted({d.name for d in dts.values()}))}_{digest}",
             make=lambda: self._make_mixed(spec, dts, compute, present, out_names, masks, runtime, attrs),
-            args=tuple(args), pattern="elementwise" if not any(any(m) for m in masks) else "broadcast",
+            args=tuple(args), pattern="generic",
             inplace_safe=True,
         )
 

@@ -127,7 +127,7 @@ class _YoloOp(TensorOp):
 
 
 @_YoloOp.decorator(float_inputs=("x", "gt_box", "gt_score", "objectness_mask", "loss_grad"),
-                   pattern="rnn_plain", index_dtypes=("int32", "int64"), validate=_check)
+                   pattern="separate_stages", index_dtypes=("int32", "int64"), validate=_check)
 def yolo_loss_grad(x, gt_box, gt_label, gt_score, objectness_mask, gt_match_mask, loss_grad,
                    anchors, anchor_mask, class_num, ignore_thresh, downsample_ratio,
                    use_label_smooth, scale_x_y):

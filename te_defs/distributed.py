@@ -38,7 +38,7 @@ the collective that must run, rather than compute something silently wrong.
 
 The merges compare every row with every other (O(N² · D) for N rows in total): deterministic,
 without sorting or atomics; fine for the batch sizes of one step. They are scheduled stage by
-stage (pattern rnn_plain): the generic rules' epilogue fusion fails on the stacked-slot stages.
+stage (pattern separate_stages): the generic rules' epilogue fusion fails on the stacked-slot stages.
 """
 
 from __future__ import annotations
@@ -237,8 +237,9 @@ def _pull_sparse_v2_check(call, outs):
                             f"{grads[0].dtype.name}; they must match")
 
 
-@tensor_op(float_inputs=("w", "out_grad"), index_dtypes=("int64",), pattern="rnn_plain",
-           validate=_pull_sparse_v2_check, infer_meta="PushSparseV2InferMeta")
+@tensor_op(float_inputs=("w", "out_grad"), index_dtypes=("int64",),
+           pattern="separate_stages", validate=_pull_sparse_v2_check,
+           infer_meta="PushSparseV2InferMeta")
 def pull_sparse_v2_grad(ids, w, out_grad, embedding_dim, table_id, accessor_class, ctrlabel_name,
                         padding_id, scale_sparse_grad, input_names, is_distributed):
     """out_grad_out[s][r] = 0 if ids[s][r] == padding_id, else (batch size if scale_sparse_grad,
@@ -270,7 +271,7 @@ def _push_gpups_check(call, outs):
 
 
 @tensor_op(float_inputs=("out_grad",), index_dtypes=("int64",), validate=_push_gpups_check,
-           pattern="rnn_plain")
+           pattern="separate_stages")
 def push_gpups_sparse(ids, out_grad, size, is_sparse, is_distributed):
     """out_grad_grad[s][r] = Σ out_grad[s'][r'] over the rows (of slots of the same width) with
     ids[s'][r'] == ids[s][r] (the merged gradient pushed for that key; module docstring)"""

@@ -20,7 +20,7 @@ truncate as C++'s) and bool (a sum of bools is their OR, as Paddle's ``bool +=``
 
 Kernel shapes: tensors are viewed as (outer, axis, inner) (or (outer, axis) when nothing follows
 the axis) where the op allows it, so one kernel serves every rank and axis. Sequential parts are
-``te.extern`` bodies of annotated blocks (``Body``) that the ``idx_serial``/``scan_blocked``
+``te.extern`` bodies of annotated blocks (``Body``) that the ``annotated_loops``
 schedules bind; a body may hold a CUDA form and a CPU form of a block (``two_forms``: the column
 strip's lanes on CUDA threads / one vectorised strip per CPU task), selected by the
 ``tvmgrad_on_cuda`` parameter that the schedules fix before scheduling (``on_cuda``).
@@ -96,7 +96,7 @@ class IndexOp(TensorOp):
 
     def __init__(self, fn, *, view=None, atomic=False, alias=None, code_attrs=None,
                  int_runtime=(), out_dtype=(), host_scalars=None, rewrite=None, **options):
-        options.setdefault("pattern", "idx_serial")
+        options.setdefault("pattern", "annotated_loops")
         super().__init__(fn, **options)
         self.view = view
         self.atomic = atomic
@@ -236,7 +236,7 @@ class IndexOp(TensorOp):
 
 def on_cuda():
     """An int64 expression that is 1 when the kernel is built for CUDA and 0 otherwise (a scalar
-    parameter that the idx_serial/scan_blocked schedules specialise away before scheduling)."""
+    parameter that the annotated_loops schedules specialise away before scheduling)."""
     opts = _CTX.options
     if opts.get("target_flag") is None:
         opts["target_flag"] = te.var(TARGET_FLAG, "int64")

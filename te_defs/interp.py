@@ -149,7 +149,7 @@ class SampleOp(OpImpl):
     family_kind = "tensor"
 
     def __init__(self, fn, *, host, dtypes=FLOATS, float_inputs=None,
-                 index_dtypes=("int32", "int64"), pattern="interp_gather", infer_meta=None):
+                 index_dtypes=("int32", "int64"), pattern="gather_owners", infer_meta=None):
         super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
         self.host = host
         self.float_inputs = None if float_inputs is None else tuple(float_inputs)
@@ -279,7 +279,7 @@ def select(c, a, b):
 
 
 # ------------------------------------------------------------------------------------------
-# Kernel bodies of serial owners: te.extern with annotated blocks (schedule interp_gather;
+# Kernel bodies of serial owners: te.extern with annotated blocks (schedule gather_owners;
 # ``block(..., inner=True)`` marks the last par loop as the CUDA/contiguous inner one)
 
 def extern(name, outputs, inputs, gen):
@@ -743,7 +743,7 @@ def _interp_builder(x, output_grad):
 
 def _interp_op(fn):
     return sample_op(fn, host=_interp_host, float_inputs=("x", "output_grad"),
-                     pattern="interp_gather")
+                     pattern="gather_owners")
 
 
 @_interp_op
@@ -914,7 +914,7 @@ _GRAD_TERMS = {
 }
 
 
-@sample_op(host=_grid_host, float_inputs=("x", "grid", "out_grad"), pattern="interp_gather")
+@sample_op(host=_grid_host, float_inputs=("x", "grid", "out_grad"), pattern="gather_owners")
 def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
     """x_grad[n, c, corner(o)] += out_grad[n, c, o]·Π weights (corners of grid(o) in range; one
     owner per (n, c) plane, output positions in order); grid_grad[n, o] = Σ_c out_grad[n, c, o]·
@@ -1097,7 +1097,7 @@ def _linspace(count, ac, cdt, name):
                       name=name)
 
 
-@sample_op(host=_affine_host, float_inputs=("input", "output_grad"), pattern="interp_gather",
+@sample_op(host=_affine_host, float_inputs=("input", "output_grad"), pattern="gather_owners",
            infer_meta=None)
 def affine_grid_grad(input, output_grad, output_shape, align_corners):
     """theta_grad[n, i, j] = Σ_{(d,)h,w} output_grad[n, (d,)h, w, i]·base[(d,)h, w, j] with

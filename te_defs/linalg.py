@@ -14,7 +14,7 @@ Transposes, conjugates, masks and elementwise combinations stay lazy; ``A @ B`` 
 batched product (``te.sum``); ``.m(name)`` materialises any matrix. Sequential algorithms run in
 TIR through ``te.extern``: each writes one spatial sblock per independent unit (a batch element,
 or a batch element and a right-hand-side column) with the sequential loops inside, so that the
-``la_seq`` schedules bind the units to threads (CUDA) or parallel loops (CPU):
+``units_and_matmuls`` schedules bind the units to threads (CUDA) or parallel loops (CPU):
 
 * ``trsm``: triangular solve op(A)·X = B, op ∈ {N, T, H}, lower/upper, unit diagonal;
 * ``lu``: LU with partial pivoting (one unit per matrix), and ``lu_solve`` / ``lu_inverse``.
@@ -104,7 +104,7 @@ class LinalgOp(TensorOp):
 
     family_kind = "tensor"
 
-    def __init__(self, fn, *, core, extra=None, check=None, pattern="la_seq", bcast=(),
+    def __init__(self, fn, *, core, extra=None, check=None, pattern="units_and_matmuls", bcast=(),
                  dtype_exempt=None, **options):
         super().__init__(fn, validate=check, pattern=pattern, **options)
         self.core = core
@@ -1015,6 +1015,7 @@ def _lu_unpack_check(call, outs):
 
 @linalg_op(dtypes=LA_DTYPES, core=_lu_unpack_core, index_dtypes=("int32", "int64"),
            float_inputs=("x", "l", "u", "pmat", "l_grad", "u_grad"), check=_lu_unpack_check,
+           pattern="generic",
            dtype_exempt=lambda call: () if call.attrs["unpack_pivots"] else ("pmat",))
 def lu_unpack_grad(x, y, l, u, pmat, l_grad, u_grad, unpack_ludata, unpack_pivots):
     """x_grad = tril(l_grad, -1) + triu(u_grad), each placed in x's m x n shape (the pivots and

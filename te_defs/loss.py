@@ -169,7 +169,8 @@ def sigmoid_cross_entropy_with_logits_grad(x, label, pos_weight, out_grad, norma
         return where(tirx.any(d < -eps, d > eps), tirx.const(1, "int64"), tirx.const(0, "int64"))
 
     cnt = te.compute((1,), lambda _: te.sum(counted(k), axis=k), name="count")
-    inv = te.compute((1,), lambda _: one / cnt[0].astype(dt), name="rv_inv")
+    inv = te.compute((1,), lambda _: one / cnt[0].astype(dt), name="rv_inv",
+                     attrs={"rows.role": "scalar"})
     return te.compute((n,), lambda i: store(x, value(i) * inv[0]), name="x_grad")
 
 
@@ -432,7 +433,9 @@ def maxout_grad(x, out, out_grad, groups, axis):
     pre, co, g, post = x.shape
     k = te.reduce_axis((0, g), name="k")
     first = te.compute((pre, co, post), lambda p, c, q: te.min(
-        where(ld(x, p, c, k, q) == ld(out, p, c, q), k.var, g), axis=k), name="rs_first")
+        where(ld(x, p, c, k, q) == ld(out, p, c, q), k.var, g), axis=k), name="rs_first",
+        attrs={"rows.role": "reduce"})
     zero = const(0.0, cdtype(x))
     return te.compute(x.shape, lambda p, c, j, q: store(
-        x, where(j == first[p, c, q], ld(out_grad, p, c, q), zero)), name="ro_x_grad")
+        x, where(j == first[p, c, q], ld(out_grad, p, c, q), zero)), name="ro_x_grad",
+        attrs={"rows.role": "output"})

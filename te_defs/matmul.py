@@ -466,7 +466,7 @@ def _dot_views(call, outs):
                 {"B": b, "N": x[-1]})
 
 
-@dense_op(views=_dot_views)
+@dense_op(views=_dot_views, pattern="generic")
 def dot_grad(x, y, out_grad):
     """x_grad = out_grad · y, y_grad = out_grad · x (per row for 2-D inputs)."""
     dt = as_dtype(x.dtype)
@@ -488,7 +488,7 @@ def _mv_views(call, outs):
                  "out_grad": ("M",)}, {"M": x[0], "N": x[1]})
 
 
-@dense_op(views=_mv_views)
+@dense_op(views=_mv_views, pattern="generic")
 def mv_grad(x, vec, out_grad):
     """x_grad = out_grad ⊗ vec, vec_grad = xᵀ · out_grad."""
     dt = as_dtype(x.dtype)
@@ -532,7 +532,7 @@ def _cross_views(call, outs):
                 {"P": math.prod(x[:axis]), "Q": math.prod(x[axis + 1:])})
 
 
-@dense_op(views=_cross_views)
+@dense_op(views=_cross_views, pattern="generic")
 def cross_grad(x, y, out_grad, axis):
     """x_grad[j] = g[j+2]·y[j+1] − g[j+1]·y[j+2], y_grad[j] = g[j+1]·x[j+2] − g[j+2]·x[j+1]
     (indices mod 3 along the axis; Paddle's order of operations)."""
@@ -572,7 +572,7 @@ def _trace_views(call, outs):
                 {f"r{i}": d for i, d in enumerate(rest)}, (a1, a2))
 
 
-@dense_op(views=_trace_views)
+@dense_op(views=_trace_views, pattern="generic")
 def trace_grad(x, out_grad, offset, axis1, axis2):
     """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere."""
     dt = as_dtype(out_grad.dtype)
@@ -602,7 +602,7 @@ def _kron_views(call, outs):
     return View({"x": xt, "x_grad": xt, "y": yt, "y_grad": yt, "out_grad": gt}, sizes)
 
 
-@dense_op(views=_kron_views)
+@dense_op(views=_kron_views, pattern="generic")
 def kron_grad(x, y, out_grad):
     """out[i·|y| + j] = x[i]·y[j] per dim (ranks aligned with leading 1s): x_grad[i] = Σ_j
     out_grad[i, j]·y[j], y_grad[j] = Σ_i out_grad[i, j]·x[i] (out_grad viewed as (i0, j0, i1,

@@ -209,10 +209,11 @@ def colsum(name, shape, body, axes_extents, acc, out_dtype):
     in ``acc``, stored in ``out_dtype`` (a separate cast block when they differ)."""
     raxes = [te.reduce_axis((0, e), name=f"{name}_r{j}") for j, e in enumerate(axes_extents)]
     red = te.compute(shape, lambda *i: te.sum(body(*i, *raxes).astype(acc), axis=raxes),
-                     name=f"cs_{name}")
+                     name=f"cs_{name}", attrs={"rows.role": "col_sum"})
     if acc == out_dtype:
         return red
-    return te.compute(shape, lambda *i: red(*i).astype(out_dtype), name=f"cc_{name}")
+    return te.compute(shape, lambda *i: red(*i).astype(out_dtype), name=f"cc_{name}",
+                      attrs={"rows.role": "col_cast"})
 
 
 # ------------------------------------------------------------------------------------------
@@ -258,7 +259,8 @@ def layer_norm_grad(x, scale, bias, mean, variance, out_grad, epsilon, begin_nor
     rows, cols = x.shape
     one = const(1.0, dt)
 
-    rs = te.compute((rows,), lambda i: one / tirx.sqrt(ld(variance, i, to=dt) + eps), name="rv_rstd")
+    rs = te.compute((rows,), lambda i: one / tirx.sqrt(ld(variance, i, to=dt) + eps), name="rv_rstd",
+                    attrs={"rows.role": "scalar"})
 
     def rstd(i):
         return rs[i]
@@ -275,10 +277,11 @@ def layer_norm_grad(x, scale, bias, mean, variance, out_grad, epsilon, begin_nor
 
     k = te.reduce_axis((0, cols), name="k")
     s1, s2 = te.compute((rows,), lambda i: _sum2()((t(i, k), t(i, k) * xhat(i, k)), axis=k),
-                        name="rs_sums")
+                        name="rs_sums", attrs={"rows.role": "reduce"})
     inv_n = one / cols.astype(dt)
     dx = te.compute((rows, cols), lambda i, j: store(
-        x, (t(i, j) - s1[i] * inv_n - xhat(i, j) * (s2[i] * inv_n)) * rstd(i)), name="ro_x_grad")
+        x, (t(i, j) - s1[i] * inv_n - xhat(i, j) * (s2[i] * inv_n)) * rstd(i)), name="ro_x_grad",
+        attrs={"rows.role": "output"})
     dscale = dbias = None
     if scale is not None:
         dscale = colsum("scale_grad", (cols,), lambda j, r: xhat_col(r, j) * ld(out_grad, r, j),
@@ -339,14 +342,15 @@ def rms_norm_grad(x, bias, residual, norm_weight, norm_bias, inv_var, out_grad, 
         return ld(out_grad, i, j) * ld(norm_weight, j, to=dt)
 
     k = te.reduce_axis((0, cols), name="k")
-    s = te.compute((rows,), lambda i: te.sum(gw(i, k) * h(i, k), axis=k), name="rs_dot")
+    s = te.compute((rows,), lambda i: te.sum(gw(i, k) * h(i, k), axis=k), name="rs_dot",
+                   attrs={"rows.role": "reduce"})
     inv_n = const(1.0, dt) / cols.astype(dt)
 
     def dx(i, j):
         r = ld(inv_var, i, to=dt)
         return store(x, r * gw(i, j) - r * r * r * h(i, j) * (s[i] * inv_n))
 
-    dxt = te.compute((rows, cols), dx, name="ro_x_grad")
+    dxt = te.compute((rows, cols), dx, name="ro_x_grad", attrs={"rows.role": "output"})
     dw = colsum("norm_weight_grad", (cols,),
                 lambda j, rr: ld(out_grad, rr, j) * h(rr, j) * ld(inv_var, rr, to=dt), (rows,), dt,
                 out_storage(str(norm_weight.dtype)))
@@ -411,7 +415,7 @@ def group_norm_grad(x, scale, bias, y, mean, variance, y_grad, epsilon, groups, 
         return ld(t, n, m, g, c, to=dt) if channel_last else ld(t, n, g, c, m, to=dt)
 
     rs = te.compute((n_, g_), lambda n, g: one / tirx.sqrt(ld(variance, n, g, to=dt) + eps),
-                    name="rv_rstd")
+                    name="rv_rstd", attrs={"rows.role": "scalar"})
 
     def rstd(n, g):
         return rs[n, g]
@@ -430,16 +434,18 @@ def group_norm_grad(x, scale, bias, y, mean, variance, y_grad, epsilon, groups, 
     km = te.reduce_axis((0, hw_), name="km")
     axes = [km, kc] if channel_last else [kc, km]
     s1, s2 = te.compute((n_, g_), lambda n, g: _sum2()(
-        (tt(n, g, kc, km), tt(n, g, kc, km) * xhat(n, g, kc, km)), axis=axes), name="rs_sums")
+        (tt(n, g, kc, km), tt(n, g, kc, km) * xhat(n, g, kc, km)), axis=axes), name="rs_sums",
+        attrs={"rows.role": "reduce"})
     inv_m = one / (gs_ * hw_).astype(dt)
 
     def dx(n, g, c, m):
         return store(x, rstd(n, g) * (tt(n, g, c, m) - (s1[n, g] + xhat(n, g, c, m) * s2[n, g]) * inv_m))
 
     if channel_last:
-        dxt = te.compute(x.shape, lambda n, m, g, c: dx(n, g, c, m), name="ro_x_grad")
+        dxt = te.compute(x.shape, lambda n, m, g, c: dx(n, g, c, m), name="ro_x_grad",
+                         attrs={"rows.role": "output"})
     else:
-        dxt = te.compute(x.shape, dx, name="ro_x_grad")
+        dxt = te.compute(x.shape, dx, name="ro_x_grad", attrs={"rows.role": "output"})
     dscale = dbias = None
     if scale is not None:
         dscale = colsum("scale_grad", (g_, gs_),
@@ -489,7 +495,8 @@ def instance_norm_grad(x, scale, saved_mean, saved_variance, y_grad, epsilon):
 
     k = te.reduce_axis((0, m_), name="k")
     s1, s2 = te.compute((n_, c_), lambda n, c: _sum2()(
-        (ld(y_grad, n, c, k), ld(y_grad, n, c, k) * xhat(n, c, k)), axis=k), name="rs_sums")
+        (ld(y_grad, n, c, k), ld(y_grad, n, c, k) * xhat(n, c, k)), axis=k), name="rs_sums",
+        attrs={"rows.role": "reduce"})
     inv_m = one / m_.astype(dt)
 
     def dx(n, c, m):
@@ -497,7 +504,7 @@ def instance_norm_grad(x, scale, saved_mean, saved_variance, y_grad, epsilon):
         return store(x, s * ld(saved_variance, n, c, to=dt) * (
             ld(y_grad, n, c, m) - s1[n, c] * inv_m - xhat(n, c, m) * (s2[n, c] * inv_m)))
 
-    dxt = te.compute(x.shape, dx, name="ro_x_grad")
+    dxt = te.compute(x.shape, dx, name="ro_x_grad", attrs={"rows.role": "output"})
     pdt = "float32" if str(x.dtype) in HALF else str(x.dtype)
     dscale = None if scale is None else colsum(
         "scale_grad", (c_,), lambda c, rn, rm: ld(y_grad, rn, c, rm) * xhat(rn, c, rm), (n_, m_), dt,
@@ -545,7 +552,7 @@ def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, 
     def ddb(c):
         return ld(grad_bias_grad, c, to=dt) if grad_bias_grad is not None else zero
 
-    def sums(name):
+    def sums(name, attrs=None):
         """Σ_HW of dy, ddx, dy·ddx, dy·x̂, ddx·x̂ per (n, c): five plain sums (TVM's cross-thread
         reduction matches no 5-tuple reducer)."""
         terms = (lambda n, c, k: dy(n, c, k), lambda n, c, k: ddx(n, c, k),
@@ -553,7 +560,8 @@ def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, 
                  lambda n, c, k: ddx(n, c, k) * xh(n, c, k))
         def one(j, f):
             k = te.reduce_axis((0, m_), name=f"{name}{j}_k")
-            return te.compute((n_, c_), lambda n, c: te.sum(f(n, c, k), axis=k), name=f"{name}{j}")
+            return te.compute((n_, c_), lambda n, c: te.sum(f(n, c, k), axis=k), name=f"{name}{j}",
+                              attrs=attrs)
 
         return [one(j, f) for j, f in enumerate(terms)]
 
@@ -562,7 +570,7 @@ def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, 
         return sdy, sddx, sdyddx, sdyxh, sddxxh, r(n, c), xh(n, c, m), dy(n, c, m), ddx(n, c, m)
 
     # each output recomputes its row sums (one fused kernel per output)
-    Sa = sums("rs_sums_dx")
+    Sa = sums("rs_sums_dx", {"rows.role": "reduce"})
 
     def dx_body(n, c, m):
         sdy, sddx, sdyddx, sdyxh, sddxxh, rr, x_, d, dd = parts(Sa, n, c, m)
@@ -572,14 +580,14 @@ def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, 
         v = sc(c) * v + (d * rr - sdy * inv_m * rr - x_ * rr * sdyxh * inv_m) * dds(c)
         return store(x, v)
 
-    dx = te.compute(x.shape, dx_body, name="ro_x_grad")
-    Sb = sums("rs_sums_ddy")
+    dx = te.compute(x.shape, dx_body, name="ro_x_grad", attrs={"rows.role": "output"})
+    Sb = sums("rs_sums_ddy", {"rows.role": "reduce"})
 
     def ddy_body(n, c, m):
         sdy, sddx, sdyddx, sdyxh, sddxxh, rr, x_, d, dd = parts(Sb, n, c, m)
         return store(x, sc(c) * rr * (dd - sddx * inv_m - x_ * sddxxh * inv_m) + x_ * dds(c) + ddb(c))
 
-    ddy = te.compute(x.shape, ddy_body, name="ro_grad_y_grad")
+    ddy = te.compute(x.shape, ddy_body, name="ro_grad_y_grad", attrs={"rows.role": "output"})
     # fwd_scale_grad needs the same per-(n, c) sums: a second set, reduced over N afterwards
     S2 = sums("ps_sums")
     pdt = "float32" if str(x.dtype) in HALF else str(x.dtype)
@@ -589,9 +597,10 @@ def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, 
         sdy, sddx, sdyddx, sdyxh, sddxxh = (S2[j][n, c] for j in range(5))
         return r(n, c) * (sdyddx - sdy * sddx * inv_m - sdyxh * sddxxh * inv_m)
 
-    red = te.compute((c_,), lambda c: te.sum(dscale_term(rn, c), axis=rn), name="cs_dscale")
+    red = te.compute((c_,), lambda c: te.sum(dscale_term(rn, c), axis=rn), name="cs_dscale",
+                     attrs={"rows.role": "col_sum"})
     dscale = red if pdt == dt else te.compute((c_,), lambda c: red[c].astype(out_storage(pdt)),
-                                              name="cc_dscale")
+                                              name="cc_dscale", attrs={"rows.role": "col_cast"})
     return dx, dscale, ddy
 
 
@@ -723,7 +732,7 @@ def renorm_grad(x, out_grad, p, axis, max_norm):
     k2 = te.reduce_axis((0, post), name="k2")
     P, W = te.compute((n,), lambda c: _sum2()(
         (tirx.power(tirx.abs(ld(x, k1, c, k2)), pp), ld(x, k1, c, k2) * ld(out_grad, k1, c, k2)),
-        axis=[k1, k2]), name="rs_sums")
+        axis=[k1, k2]), name="rs_sums", attrs={"rows.role": "reduce"})
 
     def coeffs(c):
         nrm = tirx.power(P[c], one / pp)
@@ -731,8 +740,8 @@ def renorm_grad(x, out_grad, p, axis, max_norm):
         return [where(big, mx / nrm, one),
                 where(big, tirx.power(P[c], -one - one / pp) * (-mx), const(0.0, dt))]
 
-    sc_ = te.compute((n,), lambda c: coeffs(c)[0], name="rv_scale")
-    kk_ = te.compute((n,), lambda c: coeffs(c)[1], name="rv_k")
+    sc_ = te.compute((n,), lambda c: coeffs(c)[0], name="rv_scale", attrs={"rows.role": "scalar"})
+    kk_ = te.compute((n,), lambda c: coeffs(c)[1], name="rv_k", attrs={"rows.role": "scalar"})
 
     def body(a, c, b):
         scale, kk = sc_[c], kk_[c]
@@ -741,7 +750,7 @@ def renorm_grad(x, out_grad, p, axis, max_norm):
         return store(x, scale * ld(out_grad, a, c, b)
                      + W[c] * kk * tirx.power(tirx.abs(xv), pp - one) * sg)
 
-    return te.compute(x.shape, body, name="ro_x_grad")
+    return te.compute(x.shape, body, name="ro_x_grad", attrs={"rows.role": "output"})
 
 
 # ------------------------------------------------------------------------------------------
@@ -786,7 +795,8 @@ def spectral_norm_grad(weight, u, v, out_grad, dim, power_iters, eps):
         ka = te.reduce_axis((0, A), name=f"ka{it}")
         kr = te.reduce_axis((0, r), name=f"kr{it}")
         vn = te.compute((1,), lambda _: te.sum(vt[ka, kr] * vt[ka, kr], axis=[ka, kr]), name=f"vn{it}")
-        vinv = te.compute((1,), lambda _: const(1.0, dt) / (tirx.sqrt(vn[0]) + e), name=f"rv_vinv{it}")
+        vinv = te.compute((1,), lambda _: const(1.0, dt) / (tirx.sqrt(vn[0]) + e), name=f"rv_vinv{it}",
+                          attrs={"rows.role": "scalar"})
         vnew = te.compute((A, r), lambda a, k: vt[a, k] * vinv[0], name=f"v{it}")
         ka2 = te.reduce_axis((0, A), name=f"kb{it}")
         kr2 = te.reduce_axis((0, r), name=f"ks{it}")
@@ -794,7 +804,8 @@ def spectral_norm_grad(weight, u, v, out_grad, dim, power_iters, eps):
                         name=f"ut{it}")
         ki2 = te.reduce_axis((0, h), name=f"kh{it}")
         un = te.compute((1,), lambda _: te.sum(ut[ki2] * ut[ki2], axis=ki2), name=f"un{it}")
-        uinv = te.compute((1,), lambda _: const(1.0, dt) / (tirx.sqrt(un[0]) + e), name=f"rv_uinv{it}")
+        uinv = te.compute((1,), lambda _: const(1.0, dt) / (tirx.sqrt(un[0]) + e), name=f"rv_uinv{it}",
+                          attrs={"rows.role": "scalar"})
         unew = te.compute((h,), lambda i: ut[i] * uinv[0], name=f"u{it}")
         return vnew, unew
 
@@ -825,7 +836,8 @@ def spectral_norm_grad(weight, u, v, out_grad, dim, power_iters, eps):
                     name="gw")
 
     coef = te.compute((2,), lambda t: where(t == 0, const(1.0, dt) / sigma[0],
-                                            gw[0] / (sigma[0] * sigma[0])), name="rv_coef")
+                                            gw[0] / (sigma[0] * sigma[0])), name="rv_coef",
+                    attrs={"rows.role": "scalar"})
 
     def body(a, i, k):
         return store(weight, ld(out_grad, a, i, k) * coef[0] - coef[1] * uu(i) * vv(a, k))

@@ -178,7 +178,7 @@ _POOL_ATTRS = ("kernel_size", "strides", "paddings", "global_pooling", "adaptive
 _FRACTIONAL_ATTRS = ("output_size", "kernel_size", "random_u", "return_mask")
 
 
-@dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="pool_scatter",
+@dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_POOL_ATTRS)
 def max_pool2d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings, global_pooling,
                                adaptive):
@@ -186,7 +186,7 @@ def max_pool2d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings
     return _scatter(x, mask, out_grad)
 
 
-@dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="pool_scatter",
+@dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_POOL_ATTRS)
 def max_pool3d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings, global_pooling,
                                adaptive):
@@ -194,7 +194,7 @@ def max_pool3d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings
     return _scatter(x, mask, out_grad)
 
 
-@dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="pool_scatter",
+@dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_FRACTIONAL_ATTRS)
 def fractional_max_pool2d_grad(x, mask, out_grad, output_size, kernel_size, random_u,
                                return_mask):
@@ -203,7 +203,7 @@ def fractional_max_pool2d_grad(x, mask, out_grad, output_size, kernel_size, rand
     return _scatter(x, mask, out_grad)
 
 
-@dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="pool_scatter",
+@dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_FRACTIONAL_ATTRS)
 def fractional_max_pool3d_grad(x, mask, out_grad, output_size, kernel_size, random_u,
                                return_mask):

@@ -102,7 +102,7 @@ def _check(call, outs):
 
 @tensor_op(float_inputs=("x", "init_h", "init_c", "weight_list", "out", "out_grad",
                          "last_h_grad", "last_c_grad"),
-           index_dtypes=("int32", "int64", "uint8"), validate=_check, pattern="rnn_lstm")
+           index_dtypes=("int32", "int64", "uint8"), validate=_check, pattern="extern_units")
 def cudnn_lstm_grad(x, init_h, init_c, weight_list, sequence_length, out, reserve, state_out,
                     out_grad, last_h_grad, last_c_grad, dropout_prob, is_bidirec, hidden_size,
                     num_layers, is_test, seed):

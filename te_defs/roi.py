@@ -184,7 +184,7 @@ def _zero_plane(T, O, n, c, H, W, dtype):
             O[n, c, y, x] = const(0.0, dtype)
 
 
-@sample_op(host=_roi_align_host, float_inputs=("x", "boxes", "out_grad"), pattern="interp_gather")
+@sample_op(host=_roi_align_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, spatial_scale,
                    sampling_ratio, aligned):
     """x_grad[n, c] += Σ_{ROIs r of image n, bins, samples} bilinear weights of the sample ·
@@ -293,7 +293,7 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
     return store_cast(acc, dt, "x_grad")
 
 
-@sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="interp_gather")
+@sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def roi_pool_grad(x, boxes, boxes_num, arg_max, out_grad, pooled_height, pooled_width,
                   spatial_scale):
     """x_grad[n, c, arg_max[r, c, i, j]] += out_grad[r, c, i, j] for the ROIs r of image n
@@ -344,7 +344,7 @@ def _round_half_away(v):
                       select(frac <= const(-0.5, dt_), const(-1.0, dt_), const(0.0, dt_)))
 
 
-@sample_op(host=_psroi_host, float_inputs=("x", "boxes", "out_grad"), pattern="interp_gather")
+@sample_op(host=_psroi_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def psroi_pool_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, output_channels,
                     spatial_scale):
     """x_grad[n, (c·ph + i)·pw + j, bin(r, i, j)] += out_grad[r, c, i, j] / bin area for the

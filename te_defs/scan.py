@@ -4,7 +4,7 @@ scatter of the cotangent into the forward's indices).
 Every scan runs ``indexing.blocked_scan``: chunks of about sqrt(n) elements reduce in parallel,
 each column scans its chunk totals, then every chunk rescans from its carry. One kernel serves
 every rank and axis (tensors are viewed as (outer, n[, inner])); ``flatten`` views the tensor as
-one row. The schedules are ``scan_blocked`` (the same rules as ``idx_serial``).
+one row. The schedules are ``annotated_loops`` (as the indexing grads').
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tvmgrad.lazy import tirx
 from .indexing import (tc, axis3, blocked_scan, check_range, dtype_of, host, i64, index_op, norm_axis,
                        scan_host, scatter_along)
 
-PATTERN = "scan_blocked"
+PATTERN = "annotated_loops"
 
 
 def _scan_view(names, axis_attr="axis"):

@@ -504,7 +504,7 @@ def _pad3d_grad_canon(call, outs):
 
 
 @shape_op(static=("pad_value",), runtime=("paddings",), validate=_pad3d_check,
-          pattern="shape_gather", canon=_pad3d_grad_canon, dtypes=CPLX + ("int32", "int64"),
+          pattern="gather_sums", canon=_pad3d_grad_canon, dtypes=CPLX + ("int32", "int64"),
           views=lambda call, outs: {"x": _pad_view(call.meta("x").shape, call.attrs["data_format"]),
                                     "x_grad": _pad_view(call.meta("x").shape, call.attrs["data_format"]),
                                     "out_grad": _pad_view(call.meta("out_grad").shape,
@@ -826,7 +826,7 @@ def _unfold_parts(call):
     return (n, c, k[0], k[1], grid[0], grid[1]), s, p, d
 
 
-@shape_op(runtime=("strides", "paddings", "dilations"), pattern="shape_gather",
+@shape_op(runtime=("strides", "paddings", "dilations"), pattern="gather_sums",
           validate=lambda call, outs: _unfold_parts(call),
           canon=lambda call, outs: {"kernel_sizes": None, "strides": _unfold_parts(call)[1],
                                     "paddings": _unfold_parts(call)[2][:2],
@@ -915,7 +915,7 @@ def _frame_parts(call):
     return views, axis
 
 
-@shape_op(runtime=("frame_length", "hop_length"), shape_only=("x",), pattern="shape_gather",
+@shape_op(runtime=("frame_length", "hop_length"), shape_only=("x",), pattern="gather_sums",
           dtypes=CPLX + ("int32", "int64"),
           validate=lambda call, outs: (_same_dtype_check("x", "out_grad")(call, outs),
                                         _frame_parts(call)),
@@ -958,7 +958,7 @@ def _unfold_t_parts(call):
             "out_grad": (pre, nf, post, size)}
 
 
-@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="shape_gather", dtypes=ALL,
+@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="gather_sums", dtypes=ALL,
           validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
                                         _unfold_t_parts(call)),
           canon=lambda call, outs: {"axis": None},
@@ -1017,7 +1017,7 @@ def _as_strided_canon(call, outs):
 
 
 @shape_op(runtime=("offset", "stride"), shape_only=("input",), canon=_as_strided_canon,
-          pattern="shape_gather", dtypes=ALL,
+          pattern="gather_sums", dtypes=ALL,
           validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
                                         _as_strided_parts(call)),
           views=lambda call, outs: {"input": (math.prod(call.meta("input").shape),),

@@ -56,7 +56,7 @@ def _ola_host(call, outs, dt):
     return h
 
 
-@sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="interp_gather")
+@sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="gather_owners")
 def overlap_add_grad(x, out_grad, hop_length, axis):
     """x_grad[..., l, f] = out_grad[..., f·hop_length + l] (axis −1; the mirror for axis 0)"""
     ctx = info()
@@ -108,7 +108,7 @@ def _corr_host(call, outs, dt):
 
 
 @sample_op(host=_corr_host, float_inputs=("input1", "input2", "out_grad"),
-           pattern="interp_gather")
+           pattern="gather_owners")
 def correlation_grad(input1, input2, out_grad, pad_size, kernel_size, max_displacement, stride1,
                      stride2, corr_type_multiply):
     """input1_grad[n,c,y,x] = Σ_t X2p[n,c,Y+tj·s2,X+ti·s2]·Σ_{windows ∋ (Y,X)} out_grad[n,t,j,i]

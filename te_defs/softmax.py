@@ -40,10 +40,11 @@ def _reduce_n(name, shape, body, acc):
     """sum over the n dim of a (pre, n) / (pre, n, post) view: result (pre,) / (pre, post)."""
     if len(shape) == 2:
         k = te.reduce_axis((0, shape[1]), name=f"{name}_k")
-        return te.compute((shape[0],), lambda i: te.sum(body(i, k).astype(acc), axis=k), name=name)
+        return te.compute((shape[0],), lambda i: te.sum(body(i, k).astype(acc), axis=k), name=name,
+                          attrs={"rows.role": "reduce"})
     k = te.reduce_axis((0, shape[1]), name=f"{name}_k")
     return te.compute((shape[0], shape[2]), lambda i, p: te.sum(body(i, k, p).astype(acc), axis=k),
-                      name=name)
+                      name=name, attrs={"rows.role": "reduce"})
 
 
 def _row(idx):
@@ -60,7 +61,8 @@ def log_softmax_grad(out, out_grad, axis):
     acc = cdtype(out)
     s = _reduce_n("rs_dsum", out.shape, lambda *i: ld(out_grad, *i), acc)
     return te.compute(out.shape, lambda *i: store(
-        out, ld(out_grad, *i) - tirx.exp(ld(out, *i)) * s(*_row(i))), name="ro_x_grad")
+        out, ld(out_grad, *i) - tirx.exp(ld(out, *i)) * s(*_row(i))), name="ro_x_grad",
+        attrs={"rows.role": "output"})
 
 
 @view_op(views=_axis_views(("out", "out_grad", "x_grad")), pattern="red_rows")
@@ -70,7 +72,8 @@ def gumbel_softmax_grad(out, out_grad, axis):
     acc = cdtype(out)
     s = _reduce_n("rs_dot", out.shape, lambda *i: ld(out, *i) * ld(out_grad, *i), acc)
     return te.compute(out.shape, lambda *i: store(
-        out, ld(out, *i) * (ld(out_grad, *i) - s(*_row(i)))), name="ro_x_grad")
+        out, ld(out, *i) * (ld(out_grad, *i) - s(*_row(i)))), name="ro_x_grad",
+        attrs={"rows.role": "output"})
 
 
 # ------------------------------------------------------------------------------------------

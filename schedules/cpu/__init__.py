@@ -10,6 +10,10 @@ Rules by loop-nest shape:
   streaming whole contiguous rows, then the partials are added up. With several reduced loops:
   the reduce loops move outside the innermost kept loop;
 * a cast that follows a reduction is computed right after it.
+
+``RULE`` tries two forms in order: with the column reductions' rfactor, and, when TVM refuses an
+rfactor (e.g. beside te.extern stages), without it (the plain column rule), from the original
+function.
 """
 
 from __future__ import annotations
@@ -17,23 +21,30 @@ from __future__ import annotations
 from ..analysis import analyze, top_blocks
 from ..analysis import epilogue as _epilogue
 from ..loops import each_nest
+from ..schedule_rule import FirstFit, ScheduleRule
 from ._parallel import parallel, spatial as _spatial
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 INNER = 64    # elements per innermost strip of a multi-loop column reduction
 PARTS = 16    # parallel partial sums of a column reduction (>= the cores of a typical host)
 
 
 def schedule(sch, target=None):
-    """Schedule in place; a column reduction whose rfactor TVM refuses (e.g. beside te.extern
-    stages) falls back to the plain column rule, rescheduling from the original function."""
-    original = sch.mod
+    """The generic rules (``RULE``) on ``sch``; -> IRModule."""
+    return RULE.schedule(sch, target)
+
+
+def _with_rfactor(sch, target=None):
+    """None when TVM refuses a column reduction's rfactor."""
     try:
         return _schedule(sch, rfactor=True)
     except Exception:  # noqa: BLE001 - ScheduleError / InternalError from rfactor
-        from tvm import s_tir
-        return _schedule(s_tir.Schedule(original), rfactor=False)
+        return None
+
+
+def _without_rfactor(sch, target=None):
+    return _schedule(sch, rfactor=False)
 
 
 def _schedule(sch, rfactor: bool):
@@ -81,3 +92,7 @@ def _column_rfactor(sch, block, r, epilogue) -> None:
     outer = parallel(sch, analyze(sch, block).spatial_loops)
     if epilogue is not None:
         sch.reverse_compute_at(epilogue, outer)
+
+
+RULE = FirstFit("generic", (ScheduleRule("column_rfactor", _with_rfactor),
+                            ScheduleRule("column_serial", _without_rfactor)))

@@ -18,17 +18,20 @@
   output assembly are plain parallel loops.
 
 All sequence extents of the tile stages are multiples of 64 (te_defs/attention.GRAIN), so the
-tiles need no bounds checks (the bias grad's, over the unpadded output, have them).
+tiles need no bounds checks (the bias grad's, over the unpadded output, have them). It fits a
+function with ``attn.main`` blocks (``fits.attention``).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, annotations, by_role, const_extent
+from ..fits import attention
+from ..schedule_rule import ScheduleRule
 from ._isa import register_rows, vector_unit
 from ._parallel import parallel
-from .rnn_plain import per_block
+from .separate_stages import per_block
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 TILE = 64     # te_defs/attention.GRAIN: every tiled sequence extent is a multiple
 ROWS = 4      # at most this many tile rows share one load of a K^T / V^T row (register blocking;
@@ -39,8 +42,7 @@ def schedule(sch, target):
     unit = vector_unit(target)
     rules = {"kv": _kv, "q": _q, "bias": _bias}
     for block, role in by_role(sch, "attn.main"):
-        if role in rules:
-            rules[role](sch, block, unit)
+        rules[role](sch, block, unit)
     per_block(sch)
     return sch.mod
 
@@ -160,3 +162,6 @@ def _bias(sch, block, unit) -> None:
     jb, jc = sch.split(j, [None, TILE])
     sch.reorder(*lead, ib, jb, *reduce, ir, jc)
     _accumulate(sch, block, [*lead, ib, jb], reduce[-1], reduce[0], unit)
+
+
+RULE = ScheduleRule("attn_flash", schedule, attention)

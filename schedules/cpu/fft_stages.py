@@ -3,17 +3,19 @@
 Inside each ``te.extern`` of an FFT the sblocks (a copy-in, and the butterflies of one stage of
 every line) have their spatial loops fused and run in parallel; a stage loop around them (a loop
 their iteration vars do not use) stays serial. Other blocks (chirps, products, the final scaling)
-get the generic CPU rules.
+get the generic CPU rules. It fits a function with te.extern units (``fits.fft_units``).
 """
 
 from __future__ import annotations
 
 from .. import cpu as generic
 from ..analysis import analyze, annotations
+from ..fits import fft_units
 from ..loops import outside_externs
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel
 
-__all__ = ["schedule", "unit_loops"]
+__all__ = ["schedule", "unit_loops", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -35,3 +37,6 @@ def unit_loops(sch, block):
     ann = annotations(sch, block)
     stage = int(ann["fft.stage"]) if "fft.stage" in ann else 0
     return spatial[stage:]
+
+
+RULE = ScheduleRule("fft_stages", schedule, fft_units)

@@ -17,7 +17,8 @@ of 16 ymm), less when the grain is smaller. It becomes:
 
 so a micro-kernel step is mb broadcasts, nb/lanes vector loads and mb·nb/lanes FMAs on
 accumulators that stay in registers. Sources marked ``root`` and every other block (reductions
-over partial results, elementwise stages) get the generic CPU rules.
+over partial results, elementwise stages) get the generic CPU rules. It fits a function with
+``dense.main`` blocks (``fits.contraction``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from __future__ import annotations
 from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
                         top_blocks)
+from ..fits import contraction
 from ..loops import each_nest, keep_in_registers
+from ..schedule_rule import ScheduleRule
 from ._isa import VectorUnit, vector_unit
 from ._parallel import parallel, spatial
 
-__all__ = ["schedule", "micro_kernel"]
+__all__ = ["schedule", "micro_kernel", "RULE"]
 
 MB = 4             # micro-kernel rows: one broadcast each per reduction step
 MAX_NB = 64        # the widest tile: the padding grain of te_defs/matmul.grain
@@ -108,3 +111,6 @@ def _source(sch, loops, limit) -> None:
 def _plain(ext) -> bool:
     from tvm import tirx
     return isinstance(ext, (tirx.Var, tirx.IntImm))
+
+
+RULE = ScheduleRule("gemm_dense", schedule, contraction)

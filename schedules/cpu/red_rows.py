@@ -1,30 +1,39 @@
-"""LLVM (CPU) schedule of the fused reduction kernels of the norm / softmax / loss grads
-("red_rows"; block roles as in schedules/cuda/red_rows.py: ``rs_*`` per-row reductions read by
-an ``ro_*`` output, ``cs_*`` column reductions, other internal spatial blocks inlined).
+"""CPU rule ``red_rows``: the fused reduction kernels of the norm / softmax / loss grads (block
+roles, the ``rows.role`` annotation, as in schedules/cuda/red_rows.py: ``reduce`` per-row
+reductions read by an ``output``, ``col_sum`` column reductions, other internal spatial blocks
+inlined).
 
 * rows leading (reduced dims innermost in memory): the rows run in parallel; each row's
-  reductions (and per-row scalars ``rv_*``) are computed right before its outputs (the row
+  reductions (and per-row scalars, ``scalar``) are computed right before its outputs (the row
   stays in cache);
 * reduced axis in the middle (e.g. softmax over axis 1 of (pre, n, post)): parallel over
   ``pre``; per ``pre`` the reductions sweep the (n, post) slab row by row into a ``post``-long
   vector of partial results (contiguous, vectorisable), then the outputs;
-* column reductions (``cs_*``): the generic CPU rule (parallel partial sums streaming whole
+* column reductions (``col_sum``): the generic CPU rule (parallel partial sums streaming whole
   rows, then a sum of the partials); other reductions parallel over their kept dims; spatial
   blocks: the generic rule.
+
+It fits a function with role blocks (``fits.fused_rows``).
 """
 
 from __future__ import annotations
 
 from .. import cpu as generic
 from ..analysis import analyze, const_extent, top_blocks
+from ..fits import fused_rows
 from ..loops import each_nest, set_scopes
-from ..red_rows_roles import attach_followers, inline_internal, kept_loops, ro_groups, unpack_group
+from ..red_rows_roles import (attach_followers, inline_internal, kept_loops, output_groups, role,
+                              unpack_group)
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, serial_reduction, spatial
+
+__all__ = ["schedule", "RULE"]
+
 
 def schedule(sch, target=None):
     inline_internal(sch)
     done = set()
-    for group in ro_groups(sch):
+    for group in output_groups(sch):
         done |= _fused_rows(sch, group)
     blocks = [b for b in top_blocks(sch) if sch.get(b).name_hint not in done]
     for info in each_nest(sch, blocks):
@@ -32,8 +41,8 @@ def schedule(sch, target=None):
             continue                    # already parallel (shares loops with a scheduled block)
         if info.is_reduction:
             consumers = sch.get_consumers(info.block)
-            cast_only = len(consumers) == 1 and sch.get(consumers[0]).name_hint.startswith("cc_")
-            if info.name.startswith("cs_") or cast_only:
+            cast_only = len(consumers) == 1 and role(sch, consumers[0]) == "col_cast"
+            if role(sch, info.block) == "col_sum" or cast_only:
                 generic._reduction(sch, info)    # column reductions: parallel partial sums
             else:
                 serial_reduction(sch, info)      # its result read from memory by other blocks
@@ -64,7 +73,6 @@ def _fused_rows(sch, group) -> set:
             spatial(sch, sch.get_loops(b))
         return names
     outer = parallel(sch, loops[:lead])
-    row_like = lead == len(kept)
     attach_followers(sch, followers, outer)
     # each row's reductions run right before its outputs (the row is still in cache). (They
     # stay scalar loops: TVM 0.27's rfactor into vector partial sums drops the split's bound
@@ -84,3 +92,6 @@ def _fused_rows(sch, group) -> set:
             sch.decompose_reduction(rs, red[0])
         set_scopes(sch, rs, "local")
     return names
+
+
+RULE = ScheduleRule("red_rows", schedule, fused_rows)

@@ -7,29 +7,32 @@
 Kernels whose stages pass data through scratch buffers (a reduction feeding an elementwise
 epilogue other than a plain cast, chains of reductions) need those buffers in shared memory or
 registers: they go to TVM's dlight rules (GeneralReduction fuses softmax/norm-like chains into one
-kernel per row; Fallback covers the rest). Every block must end up bound to threads: an unbound
-block would silently run on the host, so ``schedule`` raises if one is left over.
+kernel per row; Fallback covers the rest). ``RULE`` is that ordered list: the rules per loop nest,
+which do not fit a function that leaves a scratch buffer in global memory, then dlight's. Every
+block must end up bound to threads: an unbound block would silently run on the host, so both
+raise if one is left over.
 """
 
 from __future__ import annotations
 
 from ..analysis import is_bound, root_block, top_blocks
 from ..loops import each_nest
+from ..schedule_rule import FirstFit, ScheduleRule
 from . import _elementwise as elementwise
 from . import _reduction as reduction
 from ._threads import check_all_bound
 
-__all__ = ["schedule", "generic_rule", "NO_LOOP"]
+__all__ = ["generic_rule", "NO_LOOP", "RULE"]
 
 NO_LOOP = "bind to CUDA threads"     # each_nest's reason: a CUDA block needs a loop
 
 
-def schedule(sch, target):
-    original = sch.mod
+def _per_nest(sch, target):
+    """The rules per loop nest; None when a scratch buffer is left in global memory."""
     for info in each_nest(sch, top_blocks(sch), loopless=NO_LOOP):
         generic_rule(sch, info)
     if _global_scratch(sch):
-        return _dlight(original, target)
+        return None
     check_all_bound(sch)
     return sch.mod
 
@@ -49,12 +52,15 @@ def _global_scratch(sch) -> bool:
     return any(buf.scope() == "global" for buf in root.alloc_buffers)
 
 
-def _dlight(mod, target):
+def _dlight(sch, target):
     from tvm.s_tir import dlight as dl
     with target:
         scheduled = dl.ApplyDefaultSchedule(dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                                            dl.gpu.Fallback())(mod)
+                                            dl.gpu.Fallback())(sch.mod)
     from tvm import s_tir
     sch = s_tir.Schedule(scheduled)
     check_all_bound(sch)
     return scheduled
+
+
+RULE = FirstFit("generic", (ScheduleRule("per_nest", _per_nest), ScheduleRule("dlight", _dlight)))

@@ -24,17 +24,20 @@ one thread per element / per reduced output. Every block ends up bound (checked)
 The tile stages are computed with ``compute_at`` *after* their scope is set, so that TVM relaxes
 the thread loops when it sizes a shared tile; their own loops are then bound to the same thread
 axes (the standard cooperative-load pattern). Tensor cores are not used: the tile products are
-fp32 FMAs (half inputs are widened when the sources are built).
+fp32 FMAs (half inputs are widened when the sources are built). It fits a function with
+``attn.main`` blocks (``fits.attention``).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, annotations, by_role, as_int, top_blocks
+from ..fits import attention
 from ..loops import fuse, set_scopes
+from ..schedule_rule import ScheduleRule
 from ._threads import bind_threads, check_all_bound
-from .rnn_plain import per_element
+from .separate_stages import per_element
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 TY = 16
 SMEM = 48 * 1024
@@ -45,8 +48,7 @@ RED_THREADS = 128
 def schedule(sch, target):
     rules = {"kv": _kv, "q": _q, "bias": _bias}
     for block, role in by_role(sch, "attn.main"):
-        if role in rules:
-            rules[role](sch, block)
+        rules[role](sch, block)
     for block in top_blocks(sch):
         if "attn.src" in annotations(sch, block):
             _source(sch, block)
@@ -103,11 +105,14 @@ def _epilogues(sch, main):
     return [c for c in sch.get_consumers(main) if "attn.epilogue" in annotations(sch, c)]
 
 
-def _read_index(sch, block, name_prefix):
+def _read_index(sch, block, source):
+    """Which of ``block``'s reads is the source stage annotated ``attn.src`` = ``source``."""
+    written = [w.source for p in sch.get_producers(block)
+               if str(annotations(sch, p).get("attn.src", "")) == source for w in sch.get(p).writes]
     for k, region in enumerate(sch.get(block).reads):
-        if region.source.name.startswith(name_prefix):
+        if any(region.source.same_as(buf) for buf in written):
             return k
-    raise RuntimeError(f"block {_name(sch, block)} reads no {name_prefix}")
+    raise RuntimeError(f"block {_name(sch, block)} reads no attn.src = {source!r} stage")
 
 
 def _place_tiles(sch, main, loop, threads_y, threads_x):
@@ -149,8 +154,8 @@ def _cooperative(sch, cache, threads_y, threads_x) -> None:
     sch.bind(tx, "threadIdx.x")
 
 
-def _shared_tile(sch, consumers, prefix, loop, threads_y, threads_x) -> None:
-    cache = sch.cache_read(consumers[0], _read_index(sch, consumers[0], prefix), "shared",
+def _shared_tile(sch, consumers, source, loop, threads_y, threads_x) -> None:
+    cache = sch.cache_read(consumers[0], _read_index(sch, consumers[0], source), "shared",
                            consumer_blocks=consumers)
     sch.compute_at(cache, loop)
     _cooperative(sch, cache, threads_y, threads_x)
@@ -201,8 +206,8 @@ def _kv(sch, main) -> None:
     sch.reorder(b, kh, jb, jt, dt, g, ib, ir, jr, dr)
     _grid(sch, main, jb, kh, b, jt, dt)
     t = _place_tiles(sch, main, ib, TY, TX)
-    _shared_tile(sch, [t["S"], main], "attn_qs", ib, TY, TX)
-    _shared_tile(sch, [t["dP"], main], "attn_dos", ib, TY, TX)
+    _shared_tile(sch, [t["S"], main], "q", ib, TY, TX)
+    _shared_tile(sch, [t["dP"], main], "do", ib, TY, TX)
     sch.decompose_reduction(main, g)
 
 
@@ -219,9 +224,9 @@ def _q(sch, main) -> None:
     sch.reorder(b, h, ib, it, dt, jb, jc, ir, dr)
     _grid(sch, main, ib, h, b, it, dt)
     t = _place_tiles(sch, main, jb, TY, TX)
-    _shared_tile(sch, [t["S"]], "attn_qs", dt, TY, TX)
-    _shared_tile(sch, [t["dP"]], "attn_dos", dt, TY, TX)
-    _shared_tile(sch, [main], "attn_ks", jb, TY, TX)
+    _shared_tile(sch, [t["S"]], "q", dt, TY, TX)
+    _shared_tile(sch, [t["dP"]], "do", dt, TY, TX)
+    _shared_tile(sch, [main], "k", jb, TY, TX)
     sch.decompose_reduction(main, jb)
 
 
@@ -242,3 +247,6 @@ def _bias(sch, main) -> None:
         sch.compute_at(t[role], ds_inner)
     # no decompose_reduction here: the fused output index is not quasi-affine; the inits stay
     # in the loops (a per-iteration test, fine for this rarely used output)
+
+
+RULE = ScheduleRule("attn_flash", schedule, attention)

@@ -4,19 +4,22 @@ Inside each ``te.extern`` of an FFT the sblocks (a copy-in, and the butterflies 
 every line) have their spatial loops fused and bound to THREADS-wide thread blocks; the stage loop
 around them (a loop their iteration vars do not use) stays on the host, so each stage is one
 kernel launch (a grid-wide barrier between stages). Other blocks: one thread per element, or the
-generic reduction rule. Every block ends up bound (checked).
+generic reduction rule. It fits a function with te.extern units (``fits.fft_units``); every block
+ends up bound (checked).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, is_bound
 from ..cpu.fft_stages import unit_loops
+from ..fits import fft_units
 from ..loops import outside_externs
+from ..schedule_rule import ScheduleRule
 from . import generic_rule
 from ._threads import bind_threads
-from .la_seq import check_bound
+from .units_and_matmuls import check_bound
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 THREADS = 256
 
@@ -35,3 +38,6 @@ def _bind_units(sch, block) -> None:
     if not spatial:
         raise RuntimeError(f"block {sch.get(block).name_hint!r} has no loop to bind")
     bind_threads(sch, spatial, THREADS)
+
+
+RULE = ScheduleRule("fft_stages", schedule, fft_units)

@@ -17,7 +17,8 @@ threads, each accumulating a TM x TN register tile (4 x 4 for 64 x 64 tiles):
 The staged axis is the last reduction axis of non-constant extent (channels, or a spatial axis
 for a filter grad); BK shrinks with the window staged with it so that the tiles fit in shared
 memory. Operand copies (sources) and every other block get the generic
-rules: one thread per element, or the row/column reduction rules.
+rules: one thread per element, or the row/column reduction rules. It fits a function with
+``dense.main`` blocks (``fits.contraction``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from __future__ import annotations
 import math
 
 from .. import cuda as generic
-from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_bound,
-                        top_blocks)
+from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue,
+                        indexed_by, is_bound, top_blocks)
+from ..fits import contraction
 from ..loops import each_nest, fuse, keep_in_registers
+from ..schedule_rule import ScheduleRule
 from ._threads import check_all_bound
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 # register tile per thread: TM x TN = (gm / TY) x (gn / TX), TY = min(16, gm), TX = min(16, gn)
 STAGE = 4096             # elements of one operand's shared tile per reduction step (at most)
@@ -174,14 +177,17 @@ def _wmma(sch, block, ann) -> None:
     sch.bind(n0, "blockIdx.z")
     warp = sch.fuse(m1, n1)
     sch.bind(warp, "threadIdx.y")
-    def read_index(suffix):
-        reads = [r.source.name for r in sch.get(block).reads]
-        return next(i for i, name in enumerate(reads) if name.endswith(suffix))
+    m_var, n_var = [iv.var for iv in sch.get(block).iter_vars if int(iv.iter_type) == 0][-2:]
+
+    def read_index(var, other):
+        """The operand read indexed by ``var`` (A: the rows m, B: the columns n), not ``other``."""
+        return next(i for i, r in enumerate(sch.get(block).reads)
+                    if indexed_by(r, var) and not indexed_by(r, other))
 
     acc = sch.cache_write(block, 0, "wmma.accumulator")
     sch.reverse_compute_at(acc, warp)
-    for suffix in ("_a", "_b"):
-        sh = sch.cache_read(block, read_index(suffix), "shared", consumer_blocks=[block])
+    for var, other in ((m_var, n_var), (n_var, m_var)):
+        sh = sch.cache_read(block, read_index(var, other), "shared", consumer_blocks=[block])
         sch.compute_at(sh, k0)
         fused = sch.fuse(*sch.get_loops(sh)[-2:])       # the tile's rows x 16 (or 16 x cols)
         _, ty, tx, vec = sch.split(fused, [None, WY * WX, 32, 8])
@@ -190,8 +196,8 @@ def _wmma(sch, block, ann) -> None:
         sch.vectorize(vec)
         sch.storage_align(sh, 0, axis=-2, factor=32, offset=8)
     # (fragment loads land under k0, after the shared copies, for the warp's rows / columns)
-    fa = sch.cache_read(block, read_index("_a_shared"), "wmma.matrix_a")
-    fb = sch.cache_read(block, read_index("_b_shared"), "wmma.matrix_b")
+    fa = sch.cache_read(block, read_index(m_var, n_var), "wmma.matrix_a")
+    fb = sch.cache_read(block, read_index(n_var, m_var), "wmma.matrix_b")
     # fragment loads: 16 x 16 tiles
     la = sch.get_loops(fa)[-2:]
     a_o, a_i = sch.split(la[0], [None, 16])
@@ -210,3 +216,6 @@ def _wmma(sch, block, ann) -> None:
     init = sch.decompose_reduction(block, k0)
     sch.tensorize(sch.get_loops(init)[-2], intrin.WMMA_FILL_16x16x16_F32_INTRIN)
     sch.tensorize(m3, intrin.WMMA_SYNC_16x16x16_f16f16f32_INTRIN)
+
+
+RULE = ScheduleRule("gemm_dense", schedule, contraction)

@@ -1,21 +1,22 @@
-"""CUDA schedule of the fused reduction kernels of the norm / softmax / loss grads ("red_rows").
+"""CUDA rule ``red_rows``: the fused reduction kernels of the norm / softmax / loss grads.
 
-The builders (te_defs/norm.py, softmax.py, loss.py) name their blocks by role:
+The builders (te_defs/norm.py, softmax.py, loss.py) annotate their blocks with a role
+(``rows.role``, ``te.compute(..., attrs=...)``):
 
-* ``rs_*``: a reduction whose result is consumed per *row* of an ``ro_*`` block (a row's mean,
-  sum, dot product, ...);
-* ``rv_*``: a per-row scalar (e.g. 1/√(var + ε)) computed once per row (per thread, in a
+* ``reduce``: a reduction whose result is consumed per *row* of an ``output`` block (a row's
+  mean, sum, dot product, ...);
+* ``scalar``: a per-row scalar (e.g. 1/√(var + ε)) computed once per row (per thread, in a
   register) instead of once per element;
-* ``ro_*``: a spatial output over the whole (viewed) tensor that reads ``rs_*`` results;
-* ``cs_*``: a column reduction that is an output of its own (scale/bias grads), possibly
-  followed by a cast block (a spatial consumer of it);
+* ``output``: a spatial output over the whole (viewed) tensor that reads ``reduce`` results;
+* ``col_sum``: a column reduction that is an output of its own (scale/bias grads), possibly
+  followed by its cast (``col_cast``, a spatial consumer of it);
 * anything else spatial and internal is inlined into its consumers.
 
-Each ``ro_*`` block becomes one fused kernel together with the ``rs_*`` blocks it reads (x is
+Each ``output`` block becomes one fused kernel together with the ``reduce`` blocks it reads (x is
 streamed once per reduction, from L1/L2, and once for the output; no scratch buffer in global
 memory):
 
-* when the rows are the ``ro`` block's leading loops (the reduced dims innermost in memory): one
+* when the rows are the output block's leading loops (the reduced dims innermost in memory): one
   thread block per row; every reduction is a cross-thread (warp shuffle + shared staging)
   reduction into shared memory, and the output loop strides over the row with the block's
   threads;
@@ -23,17 +24,23 @@ memory):
   thread per kept point (adjacent threads read adjacent addresses), each running its reductions
   serially into registers, then its outputs.
 
-``cs_*`` blocks are column reductions without atomics: one thread per output column walking
-the reduced rows (coalesced), the cast to half in the same thread.
+``col_sum`` blocks are column reductions without atomics: one thread per output column walking
+the reduced rows (coalesced), the cast to half in the same thread. It fits a function with role
+blocks (``fits.fused_rows``).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, const_extent, is_bound, top_blocks
+from ..fits import fused_rows
 from ..loops import fuse, keep_in_registers, set_scopes
-from ..red_rows_roles import attach_followers, inline_internal, kept_loops, ro_groups, unpack_group
+from ..red_rows_roles import (attach_followers, inline_internal, kept_loops, output_groups, role,
+                              unpack_group)
+from ..schedule_rule import ScheduleRule
 from . import _elementwise, _reduction
 from ._threads import bind_threads, check_all_bound
+
+__all__ = ["schedule", "RULE"]
 
 ROW_THREADS = 256
 COL_THREADS = 256
@@ -42,7 +49,7 @@ COL_THREADS = 256
 def schedule(sch, target):
     inline_internal(sch)
     done = set()
-    for group in ro_groups(sch):
+    for group in output_groups(sch):
         done |= _fused_rows(sch, group)
     for block in top_blocks(sch):
         name = sch.get(block).name_hint
@@ -63,13 +70,12 @@ def schedule(sch, target):
 
 def lone_reduction(sch, info) -> None:
     """A reduction on its own (its result in global memory): the generic row/column rule, which
-    also takes its consumer along when that is a cast (``cc_*``) of the same shape; a column
-    reduction over one loop (the scale/bias grads of the norms) goes two-stage."""
+    also takes its consumer along when that is its cast (``col_cast``) of the same shape; a
+    column reduction over one loop (the scale/bias grads of the norms) goes two-stage."""
     consumers = sch.get_consumers(info.block)
-    cast = consumers[0] if (len(consumers) == 1 and
-                            sch.get(consumers[0]).name_hint.startswith("cc_")) else None
+    cast = consumers[0] if (len(consumers) == 1 and role(sch, consumers[0]) == "col_cast") else None
     if (not info.row and info.spatial_loops and len(info.reduce_loops) == 1
-            and info.name.startswith("cs_")):
+            and role(sch, info.block) == "col_sum"):
         two_stage_columns(sch, info, cast)
         return
     if cast is not None:
@@ -161,16 +167,14 @@ def _fused_rows(sch, group) -> set:
             sch.bind(ftx, "threadIdx.x")
         for rs in rs_blocks:
             sch.compute_at(rs, row, preserve_unit_loops=True)
-            rloops = [lp for lp in sch.get_loops(rs)[1:]]
             info = analyze(sch, rs)
             red = [lp for lp, k in zip(info.loops, info.loop_kinds) if k == "R"]
-            if not red:       # rv_*: a per-row scalar, computed by every thread into a register
+            if not red:       # a row scalar: per row, computed by every thread into a register
                 set_scopes(sch, rs, "local")
                 continue
             _, rtx = sch.split(red[-1], [None, ROW_THREADS])
             sch.bind(rtx, "threadIdx.x")
             set_scopes(sch, rs, "shared")
-            del rloops
         return names
     # kept dims are not leading (or nothing is reduced): one thread per kept point
     order = [loops[i] for i in kept] + [loops[i] for i in rest]
@@ -181,3 +185,6 @@ def _fused_rows(sch, group) -> set:
         sch.compute_at(rs, tx, preserve_unit_loops=True)
         set_scopes(sch, rs, "local")
     return names
+
+
+RULE = ScheduleRule("red_rows", schedule, fused_rows)

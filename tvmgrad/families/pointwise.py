@@ -133,7 +133,7 @@ class Pointwise(OpImpl):
             make=lambda: self._make(spec, dt, present, out_names, masks, runtime, attrs, index=index),
             make_static=lambda inline=False: self._make(spec, dt, present, out_names, masks, runtime,
                                                         attrs, sizes=groups, inline=inline, index=index),
-            args=tuple(args), pattern="elementwise" if not any(any(m) for m in masks) else "broadcast",
+            args=tuple(args), pattern="generic",
             inplace_safe=True,     # every element is read before it is written; aliases go last
         )
 

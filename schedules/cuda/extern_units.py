@@ -1,21 +1,26 @@
-"""CUDA schedule of the LSTM grad (te_defs/rnn.py).
+"""CUDA rule ``extern_units``: sequential units in te.extern blocks and the stages around them
+(the LSTM grad, te_defs/rnn.py).
 
-* sequential units (the spatial sblocks inside its te.externs: one batch row's forward or
-  backward recurrence, the time loop inside): one thread per unit, UNIT_THREADS per block;
+* sequential units (the spatial sblocks inside the te.externs: e.g. one batch row's forward or
+  backward recurrence, the time loop inside; few of them): one thread per unit, UNIT_THREADS
+  per block;
 * reductions (the input projection, the weight / bias grads over (time, batch), the input
   grads): one thread per output element, the reduced loops serial, accumulating in a register;
 * elementwise blocks: the generic rule (one thread per element).
 
-Every block ends up bound to threads (checked).
+It fits a function with te.extern units (``fits.extern_units``). Every block ends up bound to
+threads (checked).
 """
 
 from __future__ import annotations
 
+from ..fits import extern_units
 from ..loops import keep_in_registers
+from ..schedule_rule import ScheduleRule
 from ._threads import bind_threads, thread_per_output
-from .la_seq import schedule_around_externs
+from .units_and_matmuls import schedule_around_externs
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 UNIT_THREADS = 32
 RED_THREADS = 128
@@ -36,3 +41,6 @@ def _reduction(sch, info) -> None:
     _, tx = thread_per_output(sch, info, RED_THREADS)
     keep_in_registers(sch, info.block, tx, None)
     sch.decompose_reduction(info.block, info.reduce_loops[0])
+
+
+RULE = ScheduleRule("extern_units", schedule, extern_units)

@@ -1,16 +1,20 @@
-"""CUDA schedule for multi-stage kernels whose stages pass data through global scratch buffers
-(te_defs/detection.py's per-box table, the assembly stages of the attention and recurrent
-kernels): every stage is its own launch, one thread per element (spatial blocks) or per output
+"""CUDA rule ``separate_stages``: every stage (top-level block) of a multi-stage kernel is its
+own launch, its data passed on through global scratch buffers (te_defs/detection.py's per-box
+table, the sparse table merges of te_defs/distributed.py; attn_flash uses it for the assembly
+stages of the attention kernels): one thread per element (spatial blocks) or per output
 (reductions, the reduced loops serial in the thread — they are short in these kernels). Unlike
-the generic rules it never hands such kernels to dlight. Every block ends up bound (checked)."""
+the generic rules it never hands such kernels to dlight. It fits any function whose top-level
+blocks all have a loop; every block ends up bound (checked)."""
 
 from __future__ import annotations
 
 from ..analysis import analyze, is_bound, top_blocks
+from ..fits import loops_to_bind
+from ..schedule_rule import ScheduleRule
 from . import _elementwise as elementwise
 from ._threads import check_all_bound
 
-__all__ = ["schedule", "per_element"]
+__all__ = ["schedule", "per_element", "RULE"]
 
 RED_THREADS = 128
 
@@ -51,3 +55,6 @@ def thread_per_output(sch, info) -> None:
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
     sch.decompose_reduction(block, info.reduce_loops[0])
+
+
+RULE = ScheduleRule("separate_stages", schedule, loops_to_bind)

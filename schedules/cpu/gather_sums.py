@@ -1,14 +1,18 @@
-"""LLVM rule for gathers that sum a few sources per output element (col2im, overlap-add of
-frames/windows, overlapping as_strided views): the outer output loops run in parallel, each
-element's short reduction loops run innermost and serially; a cast back to a half type follows
-in the same parallel loop. Spatial blocks get the generic rule.
+"""CPU rule ``gather_sums``: gathers that sum a few sources per output element (col2im,
+overlap-add of frames/windows, overlapping as_strided views, the shape grads' staged pads): the
+outer output loops run in parallel, each element's short reduction loops run innermost and
+serially; a cast back to a half type follows in the same parallel loop. Spatial blocks get the
+generic rule. A policy for every block: it fits any function.
 """
 
 from __future__ import annotations
 
 from ..analysis import epilogue, top_blocks
 from ..loops import each_nest
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, spatial
+
+__all__ = ["schedule", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -23,3 +27,6 @@ def schedule(sch, target=None):
             sch.reverse_compute_at(epi, par)
         sch.decompose_reduction(info.block, info.reduce_loops[0])
     return sch.mod
+
+
+RULE = ScheduleRule("gather_sums", schedule)

@@ -1,14 +1,17 @@
-"""CPU schedule for multi-stage kernels with scratch buffers (te_defs/detection.py, and the
-plain stages of the attention and recurrent kernels): each stage a parallel loop nest, the outer
-loops fused and parallel, the innermost left contiguous; reductions keep their reduced loops
-serial inside (no epilogue fusion, which the generic rules attempt and which fails when an
-elementwise stage reads several producers)."""
+"""CPU rule ``separate_stages``: every stage (top-level block) of a multi-stage kernel scheduled
+on its own, its data passed on through scratch buffers (te_defs/detection.py's per-box table,
+the sparse table merges of te_defs/distributed.py; attn_flash uses it for the plain stages of the
+attention kernels): the outer loops fused and parallel, the innermost left contiguous;
+reductions keep their reduced loops serial inside (no epilogue fusion, which the generic rules
+attempt and which fails when an elementwise stage reads several producers). A policy for every
+block: it fits any function."""
 
 from __future__ import annotations
 
 from ..analysis import analyze, top_blocks
+from ..schedule_rule import ScheduleRule
 
-__all__ = ["schedule", "plain", "per_block"]
+__all__ = ["schedule", "plain", "per_block", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -43,3 +46,6 @@ def plain(sch, block) -> None:
         return
     outer = spatial[:-1] if len(spatial) > 1 else spatial
     sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+RULE = ScheduleRule("separate_stages", schedule)

@@ -1,5 +1,5 @@
-"""CPU schedule of the linalg family (te_defs/linalg.py): batched matrix algebra with sequential
-units.
+"""CPU rule ``units_and_matmuls``: batched matrix algebra of sequential units and matrix
+products (the linalg family, te_defs/linalg.py).
 
 * sequential units (the spatial sblocks inside a ``te.extern``: a triangular solve per batch and
   right-hand-side column, an LU factorisation per matrix, ...): their loops are fused and run in
@@ -9,15 +9,19 @@ units.
   A[i, k]·B[k, j] with the j loop contiguous in C and B (LLVM vectorises it);
 * other reductions (per-batch sums): the kept loops fused and parallel, the reduction inner;
 * elementwise blocks: the generic CPU rule (parallel outer loops, contiguous inner loop).
+
+It fits a function with te.extern units or matrix products (``fits.units_or_matmuls``).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, annotations, const_extent
+from ..fits import units_or_matmuls
 from ..loops import outside_externs
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, serial_reduction, spatial
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "units", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -48,3 +52,6 @@ def units(sch, block) -> None:
     loops = sch.get_loops(block)
     if loops:
         parallel(sch, loops)
+
+
+RULE = ScheduleRule("units_and_matmuls", schedule, units_or_matmuls)

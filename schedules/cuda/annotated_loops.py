@@ -1,26 +1,30 @@
-"""CUDA schedule for kernels written as annotated blocks (te_defs/indexing.py ``Body``), and the
-generic elementwise rule for every other block of the same function (reductions: one thread per
-output).
+"""CUDA rule ``annotated_loops``: blocks written with a ``tvmgrad.loops`` annotation
+(te_defs/indexing.py ``Body``: the indexing, sort and blocked-scan grads) bound loop by loop as
+the letters say, the generic elementwise rule for every other block of the same function
+(reductions: one thread per output).
 
 An annotated block carries ``tvmgrad.loops``, one letter per surrounding loop. With a ``v`` loop
 (a strip of contiguous columns) the fused ``p`` loops become ``blockIdx.x`` and the strip's lanes
 ``threadIdx.x`` (coalesced; the ``s`` loops between them run in every thread); without one, the
 fused ``p`` loops are split over blocks of 256 threads. ``s`` loops stay serial in a thread. A
 kernel with target-specific parts takes the scalar parameter ``tvmgrad_on_cuda``: it is fixed to
-1 here and the CPU-only parts drop out before scheduling. Every block ends up bound to threads
+1 here and the CPU-only parts drop out before scheduling. A policy for every block: it fits any
+function whose annotated blocks have one letter per loop. Every block ends up bound to threads
 (an unbound block would run on the host): checked.
 """
 
 from __future__ import annotations
 
 from ..analysis import is_bound, top_blocks
-from ..cpu.idx_serial import annotated_first, specialise
+from ..cpu.annotated_loops import annotated_first, specialise
+from ..fits import loop_letters_match
 from ..loops import each_nest, fuse
+from ..schedule_rule import ScheduleRule
 from . import NO_LOOP
 from . import _elementwise as elementwise
 from ._threads import bind_threads, check_all_bound, thread_per_output
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 THREADS = 256
 
@@ -46,3 +50,6 @@ def _annotated(sch, block, kinds) -> None:
         sch.bind(vec[0], "threadIdx.x")
         return
     bind_threads(sch, par or [sch.add_unit_loop(loops[0] if loops else block)], THREADS)
+
+
+RULE = ScheduleRule("annotated_loops", schedule, loop_letters_match)

@@ -1,4 +1,5 @@
-"""CUDA schedule of the sampling grads (te_defs/interp.py, roi.py, signal.py).
+"""CUDA rule ``gather_owners``: gathers and owner blocks, the sampling grads (te_defs/interp.py,
+roi.py, signal.py, correlation, affine_grid).
 
 * annotated owner blocks (``tvmgrad.loops``): the ``p`` and ``i`` loops are fused and split over
   blocks of 256 threads (only ``p`` loops: the outer ones on blockIdx.y, the last one split over
@@ -8,18 +9,21 @@
   elementwise block runs in the same thread);
 * spatial blocks (tables, casts): one thread per element.
 
+A policy for every block: it fits any function whose annotated blocks have one letter per loop.
 Every block ends up bound to threads (an unbound block would run on the host): checked.
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, epilogue, is_bound, loop_letters, top_blocks
-from ..cpu.idx_serial import annotated_first
+from ..cpu.annotated_loops import annotated_first
+from ..fits import loop_letters_match
 from ..loops import fuse, keep_in_registers
+from ..schedule_rule import ScheduleRule
 from . import NO_LOOP
 from ._threads import bind_threads, check_all_bound
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 THREADS = 256
 
@@ -83,3 +87,6 @@ def _annotated(sch, block, kinds) -> None:
     sch.bind(outer, "blockIdx.y")
     sch.bind(bx, "blockIdx.x")
     sch.bind(tx, "threadIdx.x")
+
+
+RULE = ScheduleRule("gather_owners", schedule, loop_letters_match)

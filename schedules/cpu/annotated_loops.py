@@ -1,21 +1,25 @@
-"""CPU schedule for kernels written as annotated blocks (te_defs/indexing.py ``Body``), and the
-generic elementwise rule for every other block of the same function (reductions: parallel over
-the kept dims, serial within).
+"""CPU rule ``annotated_loops``: blocks written with a ``tvmgrad.loops`` annotation
+(te_defs/indexing.py ``Body``: the indexing, sort and blocked-scan grads) scheduled loop by loop
+as the letters say, the generic elementwise rule for every other block of the same function
+(reductions: parallel over the kept dims, serial within).
 
 An annotated block carries ``tvmgrad.loops``, one letter per surrounding loop: ``p`` loops are
 fused and run in parallel, ``v`` (a strip of contiguous columns) is vectorised, ``s`` stays a
 serial loop. A kernel with target-specific parts takes the scalar parameter ``tvmgrad_on_cuda``:
-it is fixed to 0 here and the CUDA-only parts (atomics) drop out before scheduling.
+it is fixed to 0 here and the CUDA-only parts (atomics) drop out before scheduling. A policy for
+every block: it fits any function whose annotated blocks have one letter per loop.
 """
 
 from __future__ import annotations
 
 from .. import TARGET_FLAG
 from ..analysis import loop_letters, top_blocks
+from ..fits import loop_letters_match
 from ..loops import each_nest
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, spatial
 
-__all__ = ["schedule", "specialise", "annotated_first", "with_annotated"]
+__all__ = ["schedule", "specialise", "annotated_first", "with_annotated", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -81,3 +85,6 @@ def _annotated(sch, block, kinds) -> None:
     parallel(sch, par)
     for lp in vec:
         sch.vectorize(lp)
+
+
+RULE = ScheduleRule("annotated_loops", schedule, loop_letters_match)

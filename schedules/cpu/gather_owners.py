@@ -1,4 +1,5 @@
-"""CPU schedule of the sampling grads (te_defs/interp.py, roi.py, signal.py).
+"""CPU rule ``gather_owners``: gathers and owner blocks, the sampling grads (te_defs/interp.py,
+roi.py, signal.py, correlation, affine_grid).
 
 Blocks are of three kinds, told apart by their loop nests (never by op name):
 
@@ -11,12 +12,16 @@ Blocks are of three kinds, told apart by their loop nests (never by op name):
   so that a contiguous run of outputs (channels) accumulates together; the init is split off so
   that an empty reduction still writes zeros;
 * spatial blocks (tables, casts): parallel outer loops, the innermost left contiguous.
+
+A policy for every block: it fits any function whose annotated blocks have one letter per loop.
 """
 
 from __future__ import annotations
 
+from ..fits import loop_letters_match
+from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, spatial
-from .idx_serial import with_annotated
+from .annotated_loops import with_annotated
 
 __all__ = ["schedule"]
 
@@ -52,3 +57,6 @@ def _annotated(sch, block, kinds) -> None:
             sch.parallel(inner[0])
         return
     parallel(sch, par)
+
+
+RULE = ScheduleRule("gather_owners", schedule, loop_letters_match)

@@ -1,5 +1,5 @@
-"""CUDA schedule of the linalg family (te_defs/linalg.py): batched matrix algebra with sequential
-units.
+"""CUDA rule ``units_and_matmuls``: batched matrix algebra of sequential units and matrix
+products (the linalg family, te_defs/linalg.py).
 
 * sequential units (spatial sblocks inside a ``te.extern``: a triangular solve per batch element and
   right-hand-side column, an LU factorisation per matrix, ...): one thread per unit, UNIT_THREADS
@@ -10,17 +10,20 @@ units.
   accumulating in a register;
 * elementwise blocks: the generic rule (one thread per element).
 
-Every block ends up bound to threads (checked).
+It fits a function with te.extern units or matrix products (``fits.units_or_matmuls``). Every
+block ends up bound to threads (checked).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, annotations, const_extent, is_bound, top_blocks
+from ..fits import units_or_matmuls
 from ..loops import fuse, keep_in_registers, outside_externs
+from ..schedule_rule import ScheduleRule
 from . import _elementwise as elementwise
 from ._threads import bind_threads, check_all_bound
 
-__all__ = ["schedule", "schedule_around_externs", "units", "check_bound"]
+__all__ = ["schedule", "schedule_around_externs", "units", "check_bound", "RULE"]
 
 UNIT_THREADS = 64
 RED_THREADS = 128
@@ -87,3 +90,6 @@ def _matmul(sch, info) -> None:
 def check_bound(sch) -> None:
     """Every block bound, the units inside te.extern wrappers included."""
     check_all_bound(sch, top_blocks(sch, open_externs=True))
+
+
+RULE = ScheduleRule("units_and_matmuls", schedule, units_or_matmuls)

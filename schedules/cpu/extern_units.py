@@ -1,18 +1,23 @@
-"""CPU schedule of the LSTM grad (te_defs/rnn.py).
+"""CPU rule ``extern_units``: sequential units in te.extern blocks and the stages around them
+(the LSTM grad, te_defs/rnn.py).
 
-* sequential units (the spatial sblocks inside its te.externs: one batch row's forward or
+* sequential units (the spatial sblocks inside the te.externs: e.g. one batch row's forward or
   backward recurrence, the time loop inside): the unit loop runs in parallel;
 * reductions (the input projection, the weight / bias grads over (time, batch), the input grads):
   the kept loops fused and parallel, the reduced loops serial inside;
 * elementwise blocks (casts, slices, the layer outputs, the assembled grads): the outer loops
   fused and parallel, the innermost left contiguous for LLVM to vectorise.
+
+It fits a function with te.extern units (``fits.extern_units``).
 """
 
 from __future__ import annotations
 
 from ..analysis import analyze, top_blocks
+from ..fits import extern_units
+from ..schedule_rule import ScheduleRule
 
-__all__ = ["schedule"]
+__all__ = ["schedule", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -35,3 +40,6 @@ def schedule(sch, target=None):
             outer = loops[:-1] if len(loops) > 1 else loops
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
     return sch.mod
+
+
+RULE = ScheduleRule("extern_units", schedule, extern_units)
