@@ -16,11 +16,7 @@ import importlib
 import pathlib
 
 __all__ = ["apply", "rule", "patterns", "pattern_module", "source_files", "PatternError",
-           "GENERIC", "TARGET_FLAG"]
-
-# The scalar parameter by which a kernel with a CPU and a CUDA form picks one (1 on CUDA); the
-# target's rules fix it before scheduling.
-TARGET_FLAG = "tvmgrad_on_cuda"
+           "GENERIC"]
 
 GENERIC = "generic"          # the pattern of the target's generic rules
 

@@ -34,7 +34,7 @@ import math
 import threading
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, OpError, Plan
+from tvmgrad.families.base import TARGET_FLAG, Arg, OpError, Plan
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
 from tvmgrad.infer_meta import TensorMeta
 # (imported for their registrations: infer_meta._load_all skips loading once any module has
@@ -42,7 +42,6 @@ from tvmgrad.infer_meta import TensorMeta
 from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 from tvmgrad.infer_meta import indexing as _im_indexing  # noqa: F401
 from tvmgrad.lazy import te, tirx
-from tvmgrad.schedules import TARGET_FLAG
 
 from ._extern import (CW, Body, ceildiv, extern, i64, proxy,  # noqa: F401  (re-exported)
                       scatter_body)

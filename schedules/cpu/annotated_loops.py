@@ -12,7 +12,7 @@ every block: it fits any function whose annotated blocks have one letter per loo
 
 from __future__ import annotations
 
-from .. import TARGET_FLAG
+from tvmgrad.families.base import TARGET_FLAG
 from ..analysis import loop_letters, top_blocks
 from ..fits import loop_letters_match
 from ..loops import each_nest

@@ -15,7 +15,11 @@ from typing import Any, Callable
 
 from ..dtypes import FLOATS, DType
 
-__all__ = ["Arg", "Plan", "OpImpl", "OpError", "scalar_arg"]
+__all__ = ["Arg", "Plan", "OpImpl", "OpError", "scalar_arg", "TARGET_FLAG"]
+
+# The scalar parameter by which a kernel with a CPU and a CUDA form picks one (1 on CUDA): the TE
+# definition declares it, the target's schedule rules fix it before scheduling.
+TARGET_FLAG = "tvmgrad_on_cuda"
 
 
 class OpError(ValueError):

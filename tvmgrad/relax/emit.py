@@ -3,8 +3,7 @@ from our InferMeta (Relax shape variables stay symbolic), and scheduling such ke
 
 from __future__ import annotations
 
-from .. import schedules
-from ..families.base import Plan
+from ..families.base import TARGET_FLAG, Plan
 from ..infer_meta import TensorMeta
 from ..planning import plan_call
 
@@ -110,7 +109,7 @@ def _cpu_form(func):
     rules fix. A kernel left to the Relax pipeline gets the CPU form (what its default lowering
     can run); ``schedule_kernels`` remakes it for the target it is given."""
     from tvm import tirx
-    flag = [p for p in func.params if p.name == schedules.TARGET_FLAG]
+    flag = [p for p in func.params if p.name == TARGET_FLAG]
     return func.specialize({flag[0]: tirx.IntImm("int64", 0)}) if flag else func
 
 
