@@ -15,15 +15,25 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-__all__ = ["torch_refs", "paddle_refs", "input_makers", "flop_counts"]
+__all__ = ["tables", "torch_refs", "paddle_refs", "input_makers", "flop_counts"]
 
 
-def _collect(attr: str) -> dict:
+def tables(attr: str) -> dict[str, dict]:
+    """Module name -> its table ``attr`` (TORCH, PADDLE, INPUTS or FLOPS), for the modules that
+    define one (``tvmgrad check`` names the module of a bad key)."""
     found = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        found.update(getattr(module, attr, {}))
+        if hasattr(module, attr):
+            found[module.__name__] = getattr(module, attr)
     return found
+
+
+def _collect(attr: str) -> dict:
+    merged = {}
+    for table in tables(attr).values():
+        merged.update(table)
+    return merged
 
 
 def torch_refs() -> dict:

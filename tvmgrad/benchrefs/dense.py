@@ -110,6 +110,15 @@ def _depthwise_inputs(size, dtype):
              "dilations": [1, 1], "groups": 128, "data_format": "NCHW"})
 
 
+def _conv3d_inputs(size, dtype):
+    """A video model's 3 x 3 x 3 convolution: 2 clips of 16 frames, 64 -> 64 channels at 56 x 56."""
+    x, w = (2, 64, 16, 56, 56), (64, 64, 3, 3, 3)
+    return ({"input": _floats(x, dtype), "filter": _floats(w, dtype, 1),
+             "out_grad": _floats(x, dtype, 2)},
+            {"strides": [1, 1, 1], "paddings": [1, 1, 1], "padding_algorithm": "EXPLICIT",
+             "dilations": [1, 1, 1], "groups": 1, "data_format": "NCDHW"})
+
+
 def _bmm_inputs(size, dtype):
     s = (8, 512, 512)
     return {"x": _floats(s, dtype), "y": _floats(s, dtype, 1), "out_grad": _floats(s, dtype, 2)}, {}
@@ -136,17 +145,19 @@ def _max_pool_inputs(size, dtype):
 INPUTS = {
     "conv2d_grad": _conv2d_inputs,
     "depthwise_conv2d_grad": _depthwise_inputs,
+    "conv3d_grad": _conv3d_inputs,
     "bmm_grad": _bmm_inputs,
     "addmm_grad": _addmm_inputs,
     "max_pool2d_with_index_grad": _max_pool_inputs,
 }
 
 
-def _conv2d_flops(inputs, attrs):
-    """input and filter grads: 2 x the forward's 2·N·Cout·Ho·Wo·(Cin/groups)·Kh·Kw (stride 1)."""
-    n, c, h, w = inputs["out_grad"].shape
-    cout, cin_g, kh, kw = inputs["filter"].shape
-    return 2 * 2.0 * n * cout * h * w * cin_g * kh * kw
+def _conv_flops(inputs, attrs):
+    """input and filter grads: 2 x the forward's 2·N·Cout·(output positions)·(Cin/groups)·(kernel
+    positions), channels first."""
+    n, _, *out = inputs["out_grad"].shape
+    cout, cin_g, *kernel = inputs["filter"].shape
+    return 2 * 2.0 * n * cout * np.prod(out) * cin_g * np.prod(kernel)
 
 
 def _bmm_flops(inputs, attrs):
@@ -156,4 +167,5 @@ def _bmm_flops(inputs, attrs):
     return 2 * 2.0 * b * m * n * k
 
 
-FLOPS = {"conv2d_grad": _conv2d_flops, "depthwise_conv2d_grad": _conv2d_flops, "bmm_grad": _bmm_flops}
+FLOPS = {"conv2d_grad": _conv_flops, "depthwise_conv2d_grad": _conv_flops, "conv3d_grad": _conv_flops,
+         "bmm_grad": _bmm_flops}

@@ -73,6 +73,17 @@ def _argsort(size, dtype):
             {"axis": 1, "descending": False, "stable": True})
 
 
+def _topk(size, dtype):
+    """The top 32 of each row of 1024 (about ``size`` elements of x)."""
+    k = 32
+    rows, cols = _rows_of(size)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    return ({"x": x.astype(_npd(dtype)), "indices": np.argsort(-x, axis=1)[:, :k].astype("int64"),
+             "out_grad": rng.standard_normal((rows, k), dtype=np.float32).astype(_npd(dtype))},
+            {"k": k, "axis": 1, "largest": True, "sorted": True})
+
+
 INPUTS = {
     "gather_grad": _lookup_inputs,
     "index_select_grad": _lookup_inputs,
@@ -80,6 +91,7 @@ INPUTS = {
     "logcumsumexp_grad": _logcumsumexp_row,
     "take_along_axis_grad": _take_along,
     "argsort_grad": _argsort,
+    "topk_grad": _topk,
 }
 
 

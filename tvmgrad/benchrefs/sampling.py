@@ -60,6 +60,21 @@ def _affine_inputs(size, dtype):
             {"output_shape": [n, 3, H, W], "align_corners": False})
 
 
+def _roi_align_inputs(size, dtype):
+    """A detector's second stage: 7 x 7 bins of 256 channels on a 56 x 56 feature map (2 images),
+    about ``size`` elements of out_grad, boxes in feature-map units."""
+    C, H, W, P = 256, 56, 56, 7
+    rois = max(2, int(round(size / (C * P * P))))
+    rng = np.random.default_rng(0)
+    x1, y1 = rng.uniform(0, W - 8, rois), rng.uniform(0, H - 8, rois)
+    boxes = np.stack([x1, y1, x1 + rng.uniform(4, 24, rois), y1 + rng.uniform(4, 24, rois)], 1)
+    return ({"x": np.zeros((2, C, H, W), _npd(dtype)), "boxes": boxes.astype(_npd(dtype)),
+             "boxes_num": np.array([rois // 2, rois - rois // 2], np.int32),
+             "out_grad": _rand(rng, (rois, C, P, P), dtype)},
+            {"pooled_height": P, "pooled_width": P, "spatial_scale": 1.0, "sampling_ratio": 2,
+             "aligned": True})
+
+
 INPUTS = {
     "bilinear_interp_grad": _interp_inputs(64, (112, 112), (224, 224), "bilinear"),
     "nearest_interp_grad": _interp_inputs(64, (112, 112), (224, 224), "nearest"),
@@ -68,6 +83,7 @@ INPUTS = {
     "trilinear_interp_grad": _interp_inputs(16, (16, 28, 28), (32, 56, 56), "trilinear"),
     "grid_sample_grad": _grid_inputs,
     "affine_grid_grad": _affine_inputs,
+    "roi_align_grad": _roi_align_inputs,
 }
 
 
@@ -96,6 +112,23 @@ def _affine_grid(t, a):
                                                           bool(a["align_corners"]))
 
 
+def _roi_align(t, a):
+    """torchvision's roi_align backward (rois as [image, x1, y1, x2, y2] rows); None without
+    torchvision."""
+    try:
+        import torchvision  # noqa: F401 - registers torch.ops.torchvision
+    except ImportError:
+        return None
+    import torch
+    x, boxes, g = t["x"], t["boxes"], t["out_grad"]
+    image = torch.repeat_interleave(torch.arange(len(t["boxes_num"])), t["boxes_num"].to(torch.int64))
+    rois = torch.cat([image[:, None].to(boxes.dtype), boxes], 1)
+    n, c, h, w = x.shape
+    return lambda: torch.ops.torchvision._roi_align_backward(
+        g, rois, float(a["spatial_scale"]), int(a["pooled_height"]), int(a["pooled_width"]), n, c, h,
+        w, int(a["sampling_ratio"]), bool(a["aligned"]))
+
+
 TORCH = {
     "bilinear_interp_grad": _upsample("upsample_bilinear2d_backward"),
     "bicubic_interp_grad": _upsample("upsample_bicubic2d_backward"),
@@ -104,6 +137,7 @@ TORCH = {
     "trilinear_interp_grad": _upsample("upsample_trilinear3d_backward"),
     "grid_sample_grad": _grid_sample,
     "affine_grid_grad": _affine_grid,
+    "roi_align_grad": _roi_align,
 }
 
 
