@@ -11,8 +11,8 @@ never be used.
 Builds go through the kernel cache in a process pool (each worker builds its share; the file locks
 keep workers from building the same kernel twice), with a progress bar. A worker that dies (SIGILL,
 SIGSEGV, SIGKILL) ends the run at once with ``tvmgrad.workers.WorkerDied`` naming the op and
-dtype it was on. On a CPU target each op then
-runs on its example call (tvmgrad.examples; each dtype it supports) and its outputs are checked against shape inference; on CUDA the device code
+dtype it was on. On a CPU target each op then runs on its example call (tvmgrad.examples; each
+dtype it supports) and its outputs are checked against shape inference; on CUDA the device code
 is compiled to cubin for the target arch and checked for spills.
 """
 
@@ -67,6 +67,16 @@ def _names_problems(where: str, op, inputs: dict, attrs: dict) -> list[str]:
     return problems
 
 
+def _call_problems(where: str, op, make) -> list[str]:
+    """A table entry's call, ``make() -> (inputs, attrs)``: its failure, or its names against
+    ``op``'s YAML args."""
+    try:
+        inputs, attrs = make()
+    except Exception as exc:  # noqa: BLE001 - report every broken entry
+        return [f"{where} fails: {type(exc).__name__}: {exc}"]
+    return _names_problems(where, op, inputs, attrs)
+
+
 def _example_problems() -> list[str]:
     from . import examples
     problems: list[str] = []
@@ -94,12 +104,8 @@ def _example_problems() -> list[str]:
             problems.append(f"examples: {op_name} ({op.family}) has no example: only pointwise ops "
                             f"get one generically; register a @factory")
             continue
-        try:
-            inputs, attrs = examples.sample(op_name)
-        except Exception as exc:  # noqa: BLE001 - report every broken example
-            problems.append(f"examples: the example of {op_name} fails: {type(exc).__name__}: {exc}")
-            continue
-        problems += _names_problems(f"examples[{op_name!r}]", op, inputs, attrs)
+        problems += _call_problems(f"examples[{op_name!r}]", op,
+                                   lambda name=op_name: examples.sample(name))
     return problems
 
 
@@ -118,14 +124,9 @@ def _benchref_problems() -> list[str]:
                     continue
                 if attr == "FLOPS" and op_name not in input_makers():
                     problems.append(f"{where}[{op_name!r}]: no INPUTS give the shapes it counts")
-                if attr != "INPUTS":
-                    continue
-                try:
-                    inputs, attrs = make(64, "float32")
-                except Exception as exc:  # noqa: BLE001 - report every broken maker
-                    problems.append(f"{where}[{op_name!r}] fails: {type(exc).__name__}: {exc}")
-                    continue
-                problems += _names_problems(f"{where}[{op_name!r}]", op, inputs, attrs)
+                if attr == "INPUTS":
+                    problems += _call_problems(f"{where}[{op_name!r}]", op,
+                                               lambda make=make: make(64, "float32"))
     return problems
 
 
@@ -142,9 +143,10 @@ def _bench_problems() -> list[str]:
                             f"size only fit pointwise ops)")
     for op_name, attrs in bench.BENCH_ATTRS.items():
         op = _op("bench.BENCH_ATTRS", op_name, problems)
-        known = [p.name for p in op.spec.attrs] if op else []
-        problems += [f"bench.BENCH_ATTRS[{op_name!r}]: {a!r} is not an attribute of {op_name}"
-                     for a in attrs if op and a not in known]
+        if op is not None:
+            known = {p.name for p in op.spec.attrs}
+            problems += [f"bench.BENCH_ATTRS[{op_name!r}]: {a!r} is not an attribute of {op_name}"
+                         for a in attrs if a not in known]
     for op_name, _ in bench.PADDLE_CRASHES:
         _op("bench.PADDLE_CRASHES", op_name, problems)
     return problems

@@ -137,7 +137,7 @@ def broadcast_variant(op: str, seed: int = 0):
     impl = registry.get(op).impl
     inputs, attrs = sample(op, seed)
     spec = registry.get(op).spec
-    free = impl._broadcasting_inputs(spec) if hasattr(impl, "_broadcasting_inputs") else set()
+    free = impl.broadcasting_inputs(spec) if hasattr(impl, "broadcasting_inputs") else set()
     names = [p.name for p in spec.tensor_args if p.name in free]
     if len(names) < 2:
         return None
