@@ -3,13 +3,15 @@
 Shared by the indexing/scan/sort grads (schedule ``annotated_loops``) and the
 interpolation/sampling/ROI grads (schedule ``gather_owners``): both write bodies of spatial
 blocks whose ``tvmgrad.loops`` annotation (one letter per loop) tells their schedule which loops
-run in parallel, which stay serial in one thread and which are vector lanes.
+run in parallel, which stay serial in one thread and which are vector lanes; and both sum in an
+accumulation dtype (``acc_dtype``) that their results are cast back from.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from tvmgrad.dtypes import to_compute
 from tvmgrad.lazy import te, tirx
 
 CW = 64   # columns per chunk of a vector ("v") loop: CUDA threads per block, CPU vector strip
@@ -192,3 +194,58 @@ def units(name: str, extents):
                 vs = [T.axis.spatial(e, v, dtype="int64") for e, v in zip(extents, lv)]
                 yield vs
     return ctx()
+
+
+# -- values in kernel bodies: the compute dtype of loads, the accumulation dtype of sums ----------
+
+def tc(value, dt):
+    """``to_compute`` for scalars and vectors (a CPU strip loads whole vectors): the element in
+    the compute dtype, bfloat16 widened by bit shift."""
+    if hasattr(value, "asobject"):
+        value = value.asobject()
+    ty = str(value.ty)
+    lanes = int(ty.split("x")[1]) if "x" in ty else 1
+    if lanes == 1:
+        return to_compute(value, dt)
+    if dt.storage == dt.compute:
+        return value
+    if dt.name == "bfloat16":
+        bits = tirx.reinterpret(f"uint16x{lanes}", value).astype(f"uint32x{lanes}")
+        bits = bits << tirx.Broadcast(tirx.const(16, "uint32"), lanes)
+        return tirx.reinterpret(f"float32x{lanes}", bits)
+    return tirx.Cast(f"{dt.compute}x{lanes}", value)
+
+
+def cast_to(t, dt, name):
+    """te.compute casting an accumulated tensor (``acc_dtype``) to dt's storage (identity when
+    they agree; a bool is the accumulated count != 0)."""
+    if str(t.dtype) == dt.storage:
+        return t
+    return te.compute(t.shape, lambda *i: store_as(t(*i), dt), name=name)
+
+
+def acc_dtype(dt) -> str:
+    """The dtype sums of ``dt`` run in: its compute dtype; int32 for bool (a count: the sum of
+    bools is their OR, as Paddle's ``bool +=``; a TIR add of bools would wrap to XOR)."""
+    return "int32" if dt.name == "bool" else dt.compute
+
+
+def to_acc(value, dt):
+    """A compute-dtype value (scalar or vector) in ``acc_dtype(dt)``."""
+    acc = acc_dtype(dt)
+    if acc == dt.compute:
+        return value
+    if hasattr(value, "asobject"):          # a te.Tensor element
+        value = value.asobject()
+    ty = str(value.ty)
+    lanes = ty.partition("x")[2]
+    return tirx.Cast(f"{acc}x{lanes}" if lanes else acc, value)
+
+
+def store_as(value, dt):
+    """An accumulated value (``acc_dtype``) in dt's storage dtype (bool: != 0)."""
+    if hasattr(value, "asobject"):          # a te.Tensor element
+        value = value.asobject()
+    if dt.name == "bool" and str(value.ty) != "bool":
+        return value != tirx.const(0, str(value.ty))
+    return value if str(value.ty) == dt.storage else value.astype(dt.storage)

@@ -1,17 +1,20 @@
-"""Scalar helpers for formulas: typed constants, select, the basics TVM lacks, and elementary
-functions that take real or complex scalars alike (``tvmgrad.families.complex.Complex``), so one
-formula serves both (Paddle's complex grads are out_grad · conj(f'(x)))."""
+"""Scalar helpers for formulas: typed constants, casts, select, the basics TVM lacks, and
+elementary functions that take real or complex scalars alike (``tvmgrad.families.complex.Complex``),
+so one formula serves both (Paddle's complex grads are out_grad · conj(f'(x)))."""
 
 from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from tvmgrad.lazy import tirx
 
 from tvmgrad.families.complex import Complex
 
-__all__ = ["dtype_of", "const", "where", "sign", "square", "conj", "real", "imag", "cabs",
-           "exp", "log", "sin", "cos", "tan", "sinh", "cosh", "tanh", "sqrt", "reciprocal"]
+__all__ = ["dtype_of", "const", "cast", "f32", "f64", "mul_f32", "float_attr", "where", "sign",
+           "square", "conj", "real", "imag", "cabs", "exp", "log", "sin", "cos", "tan", "sinh",
+           "cosh", "tanh", "sqrt", "reciprocal"]
 
 
 def dtype_of(expr) -> str:
@@ -22,6 +25,46 @@ def dtype_of(expr) -> str:
 def const(value, like):
     """A constant of ``like``'s dtype (``like`` an expr or a dtype string)."""
     return tirx.const(value, like if isinstance(like, str) else dtype_of(like))
+
+
+def cast(v, dtype: str):
+    """``v`` (a Python number, a TIR expression or a te.Tensor element) as ``dtype``."""
+    if isinstance(v, (int, float)):
+        return tirx.const(v, dtype)
+    if hasattr(v, "asobject"):
+        v = v.asobject()
+    return v if str(v.ty) == dtype else v.astype(dtype)
+
+
+def f32(v):
+    """``v`` as float32 (``cast``)."""
+    return cast(v, "float32")
+
+
+def f64(v):
+    """``v`` as float64 (``cast``)."""
+    return cast(v, "float64")
+
+
+def mul_f32(a, b):
+    """The IEEE float32 product of two float32 values, immune to FMA contraction with a following
+    add (LLVM and nvcc fuse a·b+c): the float64 product of float32 values is exact, rounding it
+    to float32 is the float32 product, and the rounding step cannot be fused."""
+    return f32(f64(a) * f64(b))
+
+
+def float_attr(v, dtype: str | None = None):
+    """A ``float`` attribute ``v`` (a scalar in the compute dtype) as Paddle's kernels see it: a
+    C++ float, i.e. rounded to float32 (a no-op unless ``v`` is float64), in ``dtype`` (default:
+    v's own). A constant is rounded here: TVM folds cast(float32, FloatImm) without rounding the
+    value it keeps."""
+    own = dtype_of(v)
+    dtype = dtype or own
+    if own != "float64":
+        return v if dtype == own else v.astype(dtype)
+    if isinstance(v, tirx.FloatImm):
+        return tirx.const(float(np.float32(v.value)), dtype)
+    return v.astype("float32").astype(dtype)
 
 
 def _typed(a, b):
@@ -143,11 +186,6 @@ def cselect(cond, a, b):
         a, b = like._lift(a) if not isinstance(a, Complex) else a, like._lift(b) if not isinstance(b, Complex) else b
         return Complex(where(cond, a.re, b.re), where(cond, a.im, b.im))
     return where(cond, a, b)
-
-
-def cis(theta):
-    """cos θ + i sin θ."""
-    return Complex(tirx.cos(theta), tirx.sin(theta))
 
 
 def cpow(z, e):

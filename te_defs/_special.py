@@ -7,7 +7,7 @@ of the argument picks the coefficient set) and returns one scalar expression of 
     polygamma(m, x)     ψ⁽ᵐ⁾(x) for a Python int m ≥ 0 (Cephes Hurwitz ζ for x > 0, reflection
                         for x < 0; poles and -inf give ±inf like Paddle's zeta, +inf gives NaN)
     hurwitz_zeta(s, q)  ζ(s, q) for a Python int s ≥ 2 and q > 0 (Cephes / Paddle's zeta)
-    tgamma(x), lgamma(x)
+    tgamma(x)
     i0(x), i0e(x), i1(x), i1e(x)   (Cephes Chebyshev series, Paddle's coefficient sets)
 
 **No deep recurrences.** TVM's analyzer (``IRMutatorWithAnalyzer``, run by several lowering
@@ -17,7 +17,7 @@ exponential compile time (a 20-step Clenshaw already costs seconds, 30 steps min
 Chebyshev series are evaluated as (well-conditioned, checked) monomials by Horner, recurrences
 are written in closed form (a fixed shift Σ 1/(x+k), a fixed number of ζ terms), and a let is
 only used for a value a few uses deep. Results are self-contained expressions; bind them
-(``_Seq.let``) before using one twice.
+(``Seq.let``) before using one twice.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from tvmgrad.lazy import tirx
 
 from ._math import const, dtype_of, where
 
-__all__ = ["digamma", "polygamma", "hurwitz_zeta", "tgamma", "lgamma", "i0", "i0e", "i1", "i1e",
-           "signbit", "is64"]
+__all__ = ["Seq", "digamma", "polygamma", "hurwitz_zeta", "tgamma", "i0", "i0e", "i1", "i1e",
+           "signbit"]
 
 PI = math.pi
 
@@ -38,7 +38,7 @@ PI = math.pi
 # ---------------------------------------------------------------------------------------------
 # plumbing
 
-class _Seq:
+class Seq:
     """Straight-line scalar code: ``let`` binds a value to a fresh var; ``done`` wraps the lets."""
 
     def __init__(self, prefix="t"):
@@ -56,10 +56,6 @@ class _Seq:
         for v, value in reversed(self.binds):
             result = tirx.Let(v, value, result)
         return result
-
-
-def is64(x) -> bool:
-    return dtype_of(x) == "float64"
 
 
 def _inf(x):
@@ -134,7 +130,7 @@ def _psi_positive(seq, t):
 def digamma(x):
     """ψ(x): Eigen's digamma (reflection about the nearest integer for x ≤ 0), except that
     ψ(+0) = -inf and ψ(-0) = +inf as Paddle gives; NaN at negative integers and -inf."""
-    seq = _Seq("dg")
+    seq = Seq("dg")
     neg = seq.let(x <= 0)
     p = seq.let(tirx.floor(x))
     nz0 = seq.let(x - p)
@@ -172,7 +168,7 @@ def hurwitz_zeta(s: int, q):
     ζ(s, +inf) is NaN (0·inf) as in Paddle."""
     if int(s) != s or s < 2:
         raise ValueError(f"hurwitz_zeta: s must be an integer >= 2, got {s}")
-    seq = _Seq("hz")
+    seq = Seq("hz")
     ms = const(-float(s), q)
     w = seq.let(q + 9.0)
     b = seq.let(tirx.pow(w, ms))
@@ -214,7 +210,7 @@ def polygamma(m: int, x):
         raise ValueError(f"polygamma: order must be >= 0, got {m}")
     if m == 0:
         return digamma(x)
-    seq = _Seq("pg")
+    seq = Seq("pg")
     sign = 1 if m % 2 else -1                       # (-1)^(m+1)
     scale = _fc(sign * math.factorial(m), x)
     q = seq.let(where(x > 0, x, 1.0 - x))
@@ -264,7 +260,7 @@ def _sinpi(seq, x):
 def tgamma(x):
     """Γ(x) (C's tgamma): ±inf at ±0, NaN at negative integers and -inf, inf beyond overflow.
     Relative error about 1e-14 (float64) / 1e-6 (float32)."""
-    seq = _Seq("tg")
+    seq = Seq("tg")
     neg = seq.let(x < 0)
     t = seq.let(where(neg, 1.0 - x, x))
     u, prod, small = _shift(seq, t)
@@ -273,21 +269,6 @@ def tgamma(x):
     g = seq.let(where(t > _GAMMA_MAX[dtype_of(x)], _inf(x), where(small, g / prod, g)))
     res = where(neg, PI / (_sinpi(seq, x) * g), g)
     res = where(tirx.And(neg, x == tirx.floor(x)), _nan(x), res)
-    return seq.done(res)
-
-
-def lgamma(x):
-    """ln|Γ(x)| (C's lgamma): +inf at 0, at non-positive integers and at ±inf.
-    Absolute error about 1e-15 (float64); relative accuracy degrades near the zeros x = 1, 2."""
-    seq = _Seq("lg")
-    neg = seq.let(x < 0)
-    t = seq.let(where(neg, 1.0 - x, x))
-    u, prod, small = _shift(seq, t)
-    lg = (u - 0.5) * tirx.log(u) - u + 0.5 * math.log(2 * PI) + _stirling_series(seq, u)
-    lg = seq.let(where(small, lg - tirx.log(tirx.abs(prod)), lg))
-    lg = seq.let(where(tirx.isinf(t), _inf(x), lg))
-    res = where(neg, math.log(PI) - tirx.log(tirx.abs(_sinpi(seq, x))) - lg, lg)
-    res = where(tirx.And(x <= 0, x == tirx.floor(x)), _inf(x), res)
     return seq.done(res)
 
 
@@ -379,7 +360,7 @@ _SERIES = {
 def _bessel(x, kind, scaled=True):
     """Paddle's |x| ≤ 8 / |x| > 8 split: A-series at |x|/2 - 2, B-series at 32/|x| - 2 over √|x|
     (the I1 A-series times |x|); I1 is odd; the unscaled functions multiply by exp(|x|)."""
-    seq = _Seq("bs")
+    seq = Seq("bs")
     dt = dtype_of(x)
     ax = seq.let(tirx.abs(x))
     a = _horner(ax * 0.5 - 2.0, _SERIES[f"i{kind}e_a"][dt])

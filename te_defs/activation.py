@@ -23,7 +23,7 @@ from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise, tensor_op
 from tvmgrad.families.complex import Complex
 
-from ._math import conj, const, cselect, dtype_of, exp, is_cplx, tanh, where
+from ._math import conj, const, cselect, dtype_of, exp, float_attr, is_cplx, tanh, where
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too (Paddle's convention
 # x_grad = out_grad · conj(f'(x)); checked in tests/test_complex.py). Paddle's complex exp is only
@@ -37,14 +37,6 @@ CPLX = FLOATS + COMPLEX
 def _mask(cond, like):
     """1.0 where ``cond`` else 0.0, in ``like``'s dtype (to multiply by, as Paddle does)."""
     return where(cond, const(1.0, like), const(0.0, like))
-
-
-def _f32(attr):
-    """A ``float`` attribute as Paddle's kernel sees it: rounded to float32 (a no-op unless the
-    compute dtype is float64)."""
-    if dtype_of(attr) == "float64":
-        return attr.astype("float32").astype("float64")
-    return attr
 
 
 def _nonpos(x):
@@ -113,7 +105,7 @@ def leaky_relu_double_grad(x, grad_x_grad, negative_slope):
 @pointwise
 def thresholded_relu_grad(x, out_grad, threshold):
     """x_grad = out_grad · [x > threshold]"""
-    return out_grad * _mask(x > _f32(threshold), x)
+    return out_grad * _mask(x > float_attr(threshold), x)
 
 
 # ------------------------------------------------------------------------------------------
@@ -123,7 +115,7 @@ def thresholded_relu_grad(x, out_grad, threshold):
 def elu_grad(x, out, out_grad, alpha):
     """x_grad = alpha > 0 ? (out > 0 ? out_grad : out_grad · (out + alpha))
                           : (x > 0 ? out_grad : out_grad · alpha · exp(x))"""
-    a = _f32(alpha)
+    a = float_attr(alpha)
     pos_alpha = where(out > 0, out_grad, out_grad * (out + a))
     neg_alpha = where(x > 0, out_grad, out_grad * a * tirx.exp(x))
     return where(a > 0, pos_alpha, neg_alpha)
@@ -133,7 +125,7 @@ def elu_grad(x, out, out_grad, alpha):
 def elu_double_grad(x, grad_out, grad_x_grad, alpha):
     """x_grad = grad_x_grad · grad_out · alpha · exp(x) · [x ≤ 0],
     grad_out_grad = grad_x_grad · ([x > 0] + alpha · exp(x) · [x ≤ 0])"""
-    a = _f32(alpha)
+    a = float_attr(alpha)
     e = tirx.exp(_nonpos(x))
     neg = _mask(x <= 0, x)
     return (grad_x_grad * grad_out * a * e * neg,
@@ -143,7 +135,7 @@ def elu_double_grad(x, grad_out, grad_x_grad, alpha):
 @pointwise
 def celu_grad(x, out_grad, alpha):
     """x_grad = out_grad · (x > 0 ? 1 : exp(x / alpha))"""
-    a = _f32(alpha)
+    a = float_attr(alpha)
     return out_grad * where(x > 0, const(1.0, x), tirx.exp(x / a))
 
 
@@ -151,7 +143,7 @@ def celu_grad(x, out_grad, alpha):
 def celu_double_grad(x, grad_out, grad_x_grad, alpha):
     """x_grad = grad_x_grad · grad_out / alpha · exp(x / alpha) · [x ≤ 0],
     grad_out_grad = grad_x_grad · ([x > 0] + exp(x / alpha) · [x ≤ 0])"""
-    a = _f32(alpha)
+    a = float_attr(alpha)
     e = tirx.exp(_nonpos(x) / a)
     neg = _mask(x <= 0, x)
     return (grad_x_grad * grad_out / a * e * neg,
@@ -161,8 +153,8 @@ def celu_double_grad(x, grad_out, grad_x_grad, alpha):
 @pointwise
 def selu_grad(out, out_grad, scale, alpha):
     """x_grad = out_grad · (out ≤ 0 ? out + scale · alpha : scale)"""
-    s = _f32(scale)
-    la = _f32(_f32(scale) * _f32(alpha))      # Paddle forms scale · alpha in float
+    s = float_attr(scale)
+    la = float_attr(float_attr(scale) * float_attr(alpha))      # Paddle forms scale · alpha in float
     return out_grad * where(out <= 0, out + la, s)
 
 
@@ -338,7 +330,7 @@ def logsigmoid_grad(x, out_grad):
 @pointwise
 def hardsigmoid_grad(out, out_grad, slope, offset):
     """x_grad = out_grad · [0 < out < 1] · slope"""
-    return out_grad * _mask(tirx.And(out > 0, out < 1.0), out) * _f32(slope)
+    return out_grad * _mask(tirx.And(out > 0, out < 1.0), out) * float_attr(slope)
 
 
 # ------------------------------------------------------------------------------------------
@@ -347,21 +339,21 @@ def hardsigmoid_grad(out, out_grad, slope, offset):
 @pointwise
 def hardshrink_grad(x, out_grad, threshold):
     """x_grad = out_grad · [x ≤ −threshold or x ≥ threshold]"""
-    t = _f32(threshold)
+    t = float_attr(threshold)
     return out_grad * _mask(tirx.Or(x <= -t, x >= t), x)
 
 
 @pointwise
 def softshrink_grad(x, out_grad, threshold):
     """x_grad = out_grad · ([x > threshold] + [x < −threshold])"""
-    t = _f32(threshold)
+    t = float_attr(threshold)
     return out_grad * (_mask(x > t, x) + _mask(x < -t, x))
 
 
 @pointwise
 def hardtanh_grad(x, out_grad, t_min, t_max):
     """x_grad = out_grad · [t_min < x < t_max]"""
-    return out_grad * _mask(tirx.And(x > _f32(t_min), x < _f32(t_max)), x)
+    return out_grad * _mask(tirx.And(x > float_attr(t_min), x < float_attr(t_max)), x)
 
 
 @pointwise(dtypes=CPLX)
@@ -435,10 +427,10 @@ def stanh_grad(x, out_grad, scale_a, scale_b):
     """x_grad = out_grad · a · b · (1 − tanh(a·x)²)   (a, b as float32; complex: out_grad ·
     conj(a · b · (1 − tanh(a·x)²)))"""
     if is_cplx(x):
-        a, b = _f32(scale_a), _f32(scale_b)
+        a, b = float_attr(scale_a), float_attr(scale_b)
         t = tanh(x * a)
         return out_grad * conj((1.0 - t * t) * (a * b))
-    a, b = _f32(scale_a), _f32(scale_b)
+    a, b = float_attr(scale_a), float_attr(scale_b)
     t = _tanh(a * x)
     return out_grad * a * b * (const(1.0, x) - t * t)
 

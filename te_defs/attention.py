@@ -71,8 +71,7 @@ import numpy as np
 from tvmgrad.dtypes import FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, Plan
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
-# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
-from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
+from tvmgrad.infer_meta import is_one
 from tvmgrad.lazy import te, tirx
 
 __all__ = ["flash_attn_grad", "flash_attn_qkvpacked_grad", "flash_attn_unpadded_grad",
@@ -581,10 +580,6 @@ def _dtype(e) -> str:
     return str(e.ty)
 
 
-def _is_one(d) -> bool:
-    return isinstance(d, tirx.IntImm) and int(d) == 1
-
-
 def _as(e, dt: str):
     return e if _dtype(e) == dt else e.astype(dt)
 
@@ -646,7 +641,6 @@ def _check_flash_padded(call, q_name="q", k_name="k", v_name="v", packed=False):
 
 
 def _describe_padded(call, outs, packed=False, sparse=False):
-    op = call.op
     names = (["qkv"] if packed else ["q", "k", "v"]) + ["out", "out_grad", "attn_mask"]
     dt = _float_dtype(call, names)
     _no_dropout(call, "dropout")
@@ -783,7 +777,7 @@ def _sparse_view(call, B, H, Sk, G):
 
 def _sparse_mask(sm, H, Sk, causal):
     Bm, Hm = sm.shape[0], sm.shape[1]
-    one_b = _is_one(Bm)
+    one_b = is_one(Bm)
 
     def masked(b, h, i, j):
         # int32 division: a 64-bit division by a runtime value is a GPU subroutine call
@@ -1119,7 +1113,7 @@ def memory_efficient_attention_grad(query, key, value, bias, cu_seqlens_q, cu_se
             if rank == 2:
                 mask_add = lambda b, h, i, j: bld(_clamp(i, Mq), _clamp(j, Mk))  # noqa: E731
             else:
-                kb, kh = not _is_one(bias.shape[0]), not _is_one(bias.shape[1])
+                kb, kh = not is_one(bias.shape[0]), not is_one(bias.shape[1])
                 mask_add = lambda b, h, i, j: bld(b if kb else z, h if kh else z,  # noqa: E731
                                                   _clamp(i, Mq), _clamp(j, Mk))
             bias_spec = (bias.shape, bb if rank == 4 else True, bh if rank == 4 else True, st)

@@ -29,9 +29,6 @@ from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpImpl, Plan
 from tvmgrad.families.complex import Complex, lift
 from tvmgrad.families.pointwise import Pointwise
-# infer_meta._load_all() stops at the first module that registered: load ours explicitly.
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: F401
 from tvmgrad.lazy import tirx
 
 from ._math import conj as _conj, const

@@ -35,8 +35,8 @@ from tvmgrad.dtypes import dtype as as_dtype
 from tvmgrad.families import OpError
 from tvmgrad.lazy import te, tirx
 
-from .matmul import (PAD_K, View, build_info, ceil_to, const, dense_op, grain, load, main_attrs,
-                     source, store)
+from .matmul import (PAD_K, View, build_info, ceil_to, dense_op, grain, index_const, load,
+                     main_attrs, store)
 
 CHANNEL_FIRST = ("NCHW", "NCDHW")
 CHANNEL_LAST = ("NHWC", "NDHWC")
@@ -240,13 +240,13 @@ def _all(*conds):
 
 def _i64(v):
     """An index constant (in the kernel's index dtype) for a Python int."""
-    return const(v) if isinstance(v, int) else v
+    return index_const(v) if isinstance(v, int) else v
 
 
 def _atleast(x, v: int):
     """max(x, v): the extent of a source along a staged axis (a tile of v, plus its halo, must
     fit even when the size is 0, or TVM sizes the staged copy by the symbolic extent)."""
-    return tirx.max(x, const(v))
+    return tirx.max(x, index_const(v))
 
 
 def _sh(*dims):
@@ -336,7 +336,6 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
             q = [p[i] + sh[i] for i in range(S)]
             return te.sum(xs[(n, *ph, *q, g, rc)] * wat(g, o, rc, kk), axis=[rc, *rk])
         shape = (N, *P, Gp, Opd)
-        m_ax, n_ax = S, (S + 1 if not depthwise else S + 1)
         # M = last spatial (axis S), N = o (axis S+2) or g (axis S+1)
         attrs = main_attrs(S, S + 1 if depthwise else S + 2, gm, gn, gk=gk,
                            halo=tuple(1 + i for i in range(S - 1)))

@@ -47,8 +47,6 @@ import numpy as np
 
 from tvmgrad.dtypes import FLOATS, INTS
 from tvmgrad.families import tensor_op
-# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
-from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
 
 __all__ = ["global_scatter", "global_gather", "pull_sparse_v2_grad", "push_gpups_sparse",
            "set_communicator", "world_size"]

@@ -14,7 +14,8 @@ from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import pointwise
 from tvmgrad.families.complex import Complex
 
-from ._math import cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, is_cplx, sin, sinh, sqrt, where
+from ._math import (cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, f32, is_cplx, sin, sinh,
+                    sqrt, where)
 from .complex_ops import mixed
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too: their grads follow
@@ -40,11 +41,6 @@ def _times_zero(v):
 def _sign_nan(x):
     """Paddle's ``sign``: -1, 0, 1, and NaN for NaN (unlike ``_math.sign``, which gives 0)."""
     return where(x > 0, 1.0, where(x < 0, -1.0, where(x == 0, 0.0, x)))
-
-
-def _f32(y):
-    """A Scalar attribute as Paddle's pow kernels see it: ``factor.to<float>()`` (float32)."""
-    return y.astype("float32")
 
 
 def _to(v, like):
@@ -407,10 +403,10 @@ def pow_grad(x, out_grad, y):
     y is used as float32 (Paddle's ``factor.to<float>()``), also for float64 inputs; y == 0 gives 0
     everywhere (even where x = 0 or out_grad is inf/NaN), as Paddle."""
     if is_cplx(x):                      # out_grad · conj(y · x^(y-1))
-        yf = _f32(y)
+        yf = f32(y)
         e = _to(yf, x.re)
         return cselect(yf == 0.0, 0.0, out_grad * conj(cpow(x, e - 1.0) * e))
-    yf = _f32(y)
+    yf = f32(y)
     e = _to(yf, x)
     return where(yf == 0.0, 0.0, out_grad * e * tirx.pow(x, e - 1.0))
 
@@ -434,7 +430,7 @@ def pow_double_grad(x, grad_out, grad_x_grad, y):
     """x_grad = y == 1 ? 0 : grad_out · grad_x_grad · x^(y-2) · y(y-1)
     grad_out_grad = grad_x_grad · x^(y-1) · y
     (y and the coefficients in float32, as Paddle; same shapes only: Paddle crashes otherwise)"""
-    yf = _f32(y)
+    yf = f32(y)
     x_grad = grad_out * grad_x_grad * _pow_x(x, yf, 2) * _pow_coef(yf, 2, x)
     return (cselect(yf == 1.0, 0.0, x_grad),
             grad_x_grad * _pow_x(x, yf, 1) * _pow_coef(yf, 1, x))
@@ -450,7 +446,7 @@ def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y
     Paddle's special cases: y = 2: x_grad has no first term (0 without d_ddout); y = 1: x_grad has
     no second term, grad_out_grad = 0, grad_grad_x_grad = d_ddout (0 without it)."""
     dout, ddx, d_dx, d_ddout = grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad
-    yf = _f32(y)
+    yf = f32(y)
     c1, c2, c3 = (_pow_coef(yf, k, x) for k in (1, 2, 3))
     part1 = d_dx * ddx * dout * (_pow_x(x, yf, 3) * c3)
     d_dout = d_dx * ddx * (_pow_x(x, yf, 2) * c2)

@@ -34,15 +34,12 @@ import math
 from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, OpImpl, Plan
 from tvmgrad.families.complex import Complex
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: F401
 from tvmgrad.lazy import te, tirx
 
 from ._extern import units
 
 __all__ = ["FFTOp"]
 
-_REAL = {"complex64": "float32", "complex128": "float64"}
 _CPLX = {"float32": "complex64", "float64": "complex128", "float16": "complex64", "bfloat16": "complex64"}
 
 
@@ -214,10 +211,6 @@ def _prod(xs):
     for x in xs:
         p = p * x
     return p
-
-
-def _cis(angle):
-    return Complex(tirx.cos(angle), tirx.sin(angle))
 
 
 def _flat(idx, shape):

@@ -33,18 +33,16 @@ import hashlib
 import math
 import threading
 
-from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype
 from tvmgrad.families.base import TARGET_FLAG, Arg, OpError, Plan
+from tvmgrad.families.shape import dt_of
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
-from tvmgrad.infer_meta import TensorMeta
-# (imported for their registrations: infer_meta._load_all skips loading once any module has
-# registered, which another te_defs module's direct import may have done first)
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import indexing as _im_indexing  # noqa: F401
+from tvmgrad.infer_meta import TensorMeta, norm_axis
 from tvmgrad.lazy import te, tirx
 
-from ._extern import (CW, Body, ceildiv, extern, i64, proxy,  # noqa: F401  (re-exported)
-                      scatter_body)
+from ._extern import (CW, Body, acc_dtype, cast_to, extern, i64, proxy, scatter_body, store_as, tc,
+                      to_acc)
+from ._plan import check_range, host, split_axis
 
 __all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
            "scatter_rows", "blocked_scan", "on_cuda", "pair"]
@@ -248,44 +246,6 @@ index_op = IndexOp.decorator  # @index_op: an ``IndexOp`` builder (see the class
 # ------------------------------------------------------------------------------------------
 # Shapes
 
-def axis3(shape, axis: int):
-    """(outer, n, inner) of ``shape`` around ``axis``."""
-    shape = tuple(shape)
-    return (math.prod(shape[:axis]), shape[axis] if shape else 1, math.prod(shape[axis + 1:]))
-
-
-def norm_axis(op: str, axis: int, rank: int, what: str = "axis") -> int:
-    """``axis`` in [0, rank) (a 0-d tensor has the single axis 0); ValueError otherwise."""
-    r = max(rank, 1)
-    if not -r <= axis < r:
-        raise OpError(f"{op}: attribute {what!r} is {axis}, out of range for a tensor of rank "
-                      f"{rank} (expected -{r} <= {what} < {r})")
-    return axis + r if axis < 0 else axis
-
-
-def host(call, name):
-    """The numpy array of input ``name`` (for validation on the host); None when the call carries
-    shapes only (a graph being planned, e.g. in Relax: the values are checked nowhere then)."""
-    import numpy as np
-    return np.asarray(call.tensors[name]) if call.has_data else None
-
-
-def check_range(op: str, name: str, values, low: int, high: int, what: str = "") -> None:
-    """Every value in [low, high); ValueError naming the op, the input and the first bad value.
-    ``values`` None (no data): nothing to check."""
-    import numpy as np
-    if values is None:
-        return
-    values = np.asarray(values)
-    if values.size == 0:
-        return
-    bad = (values < low) | (values >= high)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise OpError(f"{op}: input {name!r} holds {int(values[pos])} at {list(pos)}, out of range "
-                      f"{what or ''}(expected {low} <= value < {high})")
-
-
 # ------------------------------------------------------------------------------------------
 # Kernel bodies: te.extern with annotated blocks (``Body``/``extern`` from _extern)
 
@@ -313,50 +273,11 @@ def wrap(r, n):
     return tirx.Select(r < i64(0), r + i64(n), r)
 
 
-def cast_to(t, dt, name):
-    """te.compute casting an accumulated tensor (``acc_dtype``) to dt's storage (identity when
-    they agree; a bool is the accumulated count != 0)."""
-    if str(t.dtype) == dt.storage:
-        return t
-    return te.compute(t.shape, lambda *i: store_as(t(*i), dt), name=name)
-
-
-def acc_dtype(dt) -> str:
-    """The dtype sums of ``dt`` run in: its compute dtype; int32 for bool (a count: the sum of
-    bools is their OR, as Paddle's ``bool +=``; a TIR add of bools would wrap to XOR)."""
-    return "int32" if dt.name == "bool" else dt.compute
-
-
-def to_acc(value, dt):
-    """A compute-dtype value (scalar or vector) in ``acc_dtype(dt)``."""
-    acc = acc_dtype(dt)
-    if acc == dt.compute:
-        return value
-    if hasattr(value, "asobject"):          # a te.Tensor element
-        value = value.asobject()
-    ty = str(value.ty)
-    lanes = ty.partition("x")[2]
-    return tirx.Cast(f"{acc}x{lanes}" if lanes else acc, value)
-
-
-def store_as(value, dt):
-    """An accumulated value (``acc_dtype``) in dt's storage dtype (bool: != 0)."""
-    if hasattr(value, "asobject"):          # a te.Tensor element
-        value = value.asobject()
-    if dt.name == "bool" and str(value.ty) != "bool":
-        return value != tirx.const(0, str(value.ty))
-    return value if str(value.ty) == dt.storage else value.astype(dt.storage)
-
-
 def div(a, b):
     """a / b: truncating for integers (C++'s, as Paddle's integer kernels), else true division."""
     if str(getattr(a, "ty", getattr(a, "dtype", "float32"))).startswith(("int", "uint")):
         return tirx.truncdiv(a, b)
     return a / b
-
-
-def dtype_of(t):
-    return as_dtype(str(t.dtype))
 
 
 def is_vector(expr) -> bool:
@@ -369,24 +290,6 @@ def zeros_like(expr):
     scalar, _, lanes = ty.partition("x")
     zero = tirx.const(0, scalar)
     return tirx.Broadcast(zero, int(lanes)) if lanes else zero
-
-
-def tc(value, dt):
-    """``to_compute`` for scalars and vectors (a CPU strip loads whole vectors): the element in
-    the compute dtype, bfloat16 widened by bit shift."""
-    if hasattr(value, "asobject"):
-        value = value.asobject()
-    ty = str(value.ty)
-    lanes = int(ty.split("x")[1]) if "x" in ty else 1
-    if lanes == 1:
-        return to_compute(value, dt)
-    if dt.storage == dt.compute:
-        return value
-    if dt.name == "bfloat16":
-        bits = tirx.reinterpret(f"uint16x{lanes}", value).astype(f"uint32x{lanes}")
-        bits = bits << tirx.Broadcast(tirx.const(16, "uint32"), lanes)
-        return tirx.reinterpret(f"float32x{lanes}", bits)
-    return tirx.Cast(f"{dt.compute}x{lanes}", value)
 
 
 # ------------------------------------------------------------------------------------------
@@ -466,7 +369,7 @@ def _gather_like(op, call, index_name="index", allow_2d=True):
     """(axis, M, N) of a gather-like call after checking shapes and index values; the axis is
     normalised; the index may be 0-d (the axis is dropped from out_grad), 1-d or (N, 1)."""
     x, idx, g = call.meta("x"), call.meta(index_name), call.meta("out_grad")
-    axis = norm_axis(op, int(call.attrs["axis"]), x.ndim)
+    axis = norm_axis(int(call.attrs["axis"]), x.ndim, op=op, zero_d_axis=True)
     if x.ndim == 0:
         raise OpError(f"{op}: x must have at least one dim")
     if not (idx.ndim <= 1 or (allow_2d and idx.ndim == 2 and idx.shape[1] == 1)):
@@ -486,7 +389,7 @@ def _gather_view(call, metas, outs):
     op = call.op
     axis, m, n = _gather_like(op, call)
     x = call.meta("x")
-    outer, _, inner = axis3(x.shape, axis)
+    outer, _, inner = split_axis(x.shape, axis)
     tail = (inner,) if inner != 1 else ()
     return ({"out_grad": (outer, n) + tail, "x_grad": (outer, m) + tail, "x": (outer, m) + tail,
              "index": (n,)},
@@ -505,7 +408,7 @@ def gather_grad(x, index, out_grad, axis):
     repeated indices add up in index order; negative indices count from the end (-M <= index < M,
     as Paddle 3.3.1's gather_grad); a 0-d index drops the axis from out_grad. Complex, integer
     and bool grads too (sums wrap as Paddle's; bool: OR)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
 
@@ -516,7 +419,7 @@ def index_select_grad(x, index, out_grad, axis):
     """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis``; repeated indices add up in
     index order; -M <= index < M (negative counts from the end). Complex, int32/int64 and bool
     (OR) grads too."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
 
@@ -527,10 +430,10 @@ def index_select_grad(x, index, out_grad, axis):
 def _index_add_view(call, metas, outs):
     op = call.op
     g, idx = call.meta("out_grad"), call.meta("index")
-    axis = norm_axis(op, int(call.attrs["axis"]), g.ndim)
+    axis = norm_axis(int(call.attrs["axis"]), g.ndim, op=op, zero_d_axis=True)
     m = g.shape[axis]
     check_range(op, "index", host(call, "index"), -m, m, f"for axis {axis} of size {m} ")
-    outer, _, inner = axis3(g.shape, axis)
+    outer, _, inner = split_axis(g.shape, axis)
     n = idx.shape[0] if idx.ndim else 1
     tail = (inner,) if inner != 1 else ()
     return ({"out_grad": (outer, m) + tail, "add_value": (outer, n) + tail,
@@ -574,7 +477,7 @@ def _index_sample_view(call, metas, outs):
 def index_sample_grad(x, index, out_grad):
     """x_grad[b, index[b, i]] += out_grad[b, i]  (0 <= index < x.shape[1], as Paddle; repeated
     indices add up in order)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c[:2])],
                          [out_grad, index])
 
@@ -585,7 +488,7 @@ def index_sample_grad(x, index, out_grad):
 def _strided_view(call, metas, outs):
     op = call.op
     x, g = call.meta("x"), call.meta("out_grad")
-    axis = norm_axis(op, int(call.attrs["axis"]), x.ndim)
+    axis = norm_axis(int(call.attrs["axis"]), x.ndim, op=op, zero_d_axis=True)
     if x.ndim == 0:
         raise OpError(f"{op}: x must have at least one dim")
     want = x.shape[:axis] + x.shape[axis + 1:]
@@ -597,7 +500,7 @@ def _strided_view(call, metas, outs):
         raise OpError(f"{op}: attribute 'index' is {index}, out of range for axis {axis} of size "
                       f"{m} (expected 0 <= index < {m}; Paddle 3.3.1 reads out of bounds for a "
                       f"negative index)")
-    outer, _, inner = axis3(x.shape, axis)
+    outer, _, inner = split_axis(x.shape, axis)
     return {"x": (outer, m, inner), "x_grad": (outer, m, inner), "out_grad": (outer, inner)}, ()
 
 
@@ -605,7 +508,7 @@ def _strided_view(call, metas, outs):
           dtypes=CPLX + ("bool",) + INT_DTYPES)
 def index_select_strided_grad(x, out_grad, index, axis):
     """x_grad = 0 except x_grad[.., index, ..] = out_grad  (0 <= index < x.shape[axis])."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     zero = tirx.const(0, dt.storage)
 
     def body(o, j, *c):
@@ -619,7 +522,7 @@ def index_select_strided_grad(x, out_grad, index, axis):
 
 def _multiplex_view(call, metas, outs):
     op = call.op
-    ins, idx, g = call.meta("inputs"), call.meta("index"), call.meta("out_grad")
+    ins, g = call.meta("inputs"), call.meta("out_grad")
     if not ins:
         raise OpError(f"{op}: inputs must hold at least one tensor")
     for i, m in enumerate(ins):
@@ -638,7 +541,7 @@ def _multiplex_view(call, metas, outs):
 def multiplex_grad(inputs, index, out_grad):
     """out[b] = inputs[index[b]][b]:  inputs_grad[k][b] = out_grad[b] where index[b] == k, else 0
     (0 <= index < len(inputs))."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     zero = tirx.const(0, dt.storage)
     def grad(k):
         return te.compute(inputs[k].shape,
@@ -703,7 +606,7 @@ def where_grad(condition, x, y, out_grad):
     """x_grad = Σ_bcast condition ? out_grad : 0,  y_grad = Σ_bcast condition ? 0 : out_grad
     (summed over the dims each input was broadcast along; Paddle 3.3.1 reads past the buffers
     when the shapes differ). Complex, integer and bool (the sum is an OR) grads too."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     mc, mx, my = build_options()["variant"]
     full = out_grad.shape
     zero = tirx.const(0, dt.compute)
@@ -739,8 +642,8 @@ def along_view(names_idx, names_arr, arr_shape, idx_shape, axis):
     same = all(a == b for d, (a, b) in enumerate(zip(arr_shape, idx_shape)) if d != axis)
     if not same:
         return {}, ("full", axis)
-    _, m, _ = axis3(arr_shape, axis)
-    outer, n, inner = axis3(idx_shape, axis)
+    _, m, _ = split_axis(arr_shape, axis)
+    outer, n, inner = split_axis(idx_shape, axis)
     views = {k: (outer, n, inner) for k in names_idx}
     views.update({k: (outer, m, inner) for k in names_arr})
     return views, ("3d",)
@@ -751,7 +654,7 @@ def _take_view(call, metas, outs):
     arr, idx, g = call.meta("arr"), call.meta("indices"), call.meta("out_grad")
     if arr.ndim == 0:
         raise OpError(f"{op}: arr must have at least one dim")
-    axis = norm_axis(op, int(call.attrs["axis"]), arr.ndim)
+    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, op=op, zero_d_axis=True)
     _along_shapes(op, arr, idx, g, axis)
     m = arr.shape[axis]
     check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
@@ -768,7 +671,7 @@ def _variant_axis():
 def take_along_axis_grad(arr, indices, out_grad, axis):
     """arr_grad[.., indices[.., i, ..], ..] += out_grad[.., i, ..] along ``axis`` (the index's
     other dims may be shorter than arr's; the rest of arr_grad is 0); -M <= index < M."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     ax = _variant_axis()
     m = arr.shape[ax]
     return scatter_along(out_grad, ax, arr.shape, dt, "arr_grad",
@@ -817,7 +720,7 @@ def _put_view(call, metas, outs):
     arr, idx, val, out, g = (call.meta(n) for n in ("arr", "indices", "values", "out", "out_grad"))
     if arr.ndim == 0:
         raise OpError(f"{op}: arr must have at least one dim")
-    axis = norm_axis(op, int(call.attrs["axis"]), arr.ndim)
+    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, op=op, zero_d_axis=True)
     _along_shapes(op, arr, idx, None, axis)
     if val.shape != idx.shape:
         raise OpError(f"{op}: values has shape {list(val.shape)}, expected indices' "
@@ -855,7 +758,7 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
     truncating divisions, in Paddle's order (g·out/arr, g·(out/values)); a zero divisor of mul
     (a 0 in arr where something lands, or in values) is a ValueError (Paddle dies of SIGFPE; a
     kernel planned without data gives 0 there)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     variant = build_options()["variant"]
     red, incl = variant[-2], variant[-1]
     ax = 1 if variant[0] == "3d" else variant[1]
@@ -1049,7 +952,7 @@ def _nd_lead(index, dims):
 def gather_nd_grad(x, index, out_grad):
     """x_grad[index[b]] += out_grad[b] (index[b] addresses the leading index.shape[-1] dims of x;
     repeated addresses add up in b order; -d <= index < d, negative counts from the end)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     k = len(x.shape) - (2 if pair() else 1)          # x seen as (lead dims..., rows[, pair])
     return scatter_rows(out_grad.shape[0], list(x.shape[k:]), x.shape, dt, "x_grad",
                         _nd_lead(index, list(x.shape[:k])), lambda L, b, f: tc(L[0][(b,) + f], dt),
@@ -1101,7 +1004,7 @@ def scatter_grad(index, updates, out_grad, overwrite):
     """x_grad = out_grad with the rows at index zeroed (in both modes: Paddle's forward zeroes
     them before adding when overwrite=False), updates_grad[i] = out_grad[index[i]] (every
     repeated index gets it, as Paddle); -M <= index < M."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     m = out_grad.shape[0]
     x_grad = copy_zeroing(out_grad, dt, "x_grad", updates.shape[0], out_grad.shape[1],
                           lambda L, b: [wrap(L[0][b], m)], [index])
@@ -1168,7 +1071,7 @@ def _index_put_rewrite(call):
 
 def _index_put_view(call, metas, outs):
     op = call.op
-    x, ind, val, g = call.meta("x"), call.meta("indices"), call.meta("value"), call.meta("out_grad")
+    x, ind, val = call.meta("x"), call.meta("indices"), call.meta("value")
     k = len(ind)
     if k > x.ndim:
         raise OpError(f"{op}: {k} index tensors for x of rank {x.ndim}")
@@ -1211,7 +1114,7 @@ def index_put_grad(x, indices, value, out_grad, accumulate):
     value was broadcast along. -d <= index < d (negative counts from the end). A bool mask of
     rank r addresses r dims by its nonzero() indices (converted on the host, as Paddle does); a
     mask without a True, or an empty index, addresses nothing (x_grad = out_grad, value_grad = 0)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     variant = build_options()["variant"]
     if variant[0] == "none":
         xg = te.compute(x.shape, lambda *i: out_grad[i], name="x_grad")
@@ -1342,7 +1245,7 @@ def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_o
     w = 1 (SUM), 1/dst_count[dst[e]] (MEAN), [x[src[e]] == out[dst[e]]] (MIN/MAX: every tied
     edge gets the full grad, as Paddle). Edges add up in edge order. Integer dtypes: MEAN's
     division truncates per edge (as Paddle's)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     (red,) = build_options()["variant"]
     inputs = [out_grad, src_index, dst_index]
     if red == "MEAN":
@@ -1395,7 +1298,7 @@ def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, mess
     each summed over the feature dims it was broadcast along; edges add up in edge order. MEAN
     divides each product by the count (out_grad·y / count: integer dtypes truncate there, as
     Paddle's)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     mop, red, mx, my = build_options()["variant"]
     feats = list(out_grad.shape[1:])
     zero = tirx.const(0, dt.compute)
@@ -1446,7 +1349,7 @@ def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op):
     """out[e] = x[src[e]] ⊙ y[dst[e]] (⊙: ADD/MUL, features broadcast):
     x_grad[src[e]] += out_grad[e]·(y[dst[e]] for MUL), y_grad[dst[e]] += out_grad[e]·(x[src[e]]
     for MUL), each summed over the feature dims it was broadcast along; edges add up in order."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     mop, mx, my = build_options()["variant"]
     feats = list(out_grad.shape[1:])
     n_e = src_index.shape[0]
@@ -1623,7 +1526,7 @@ def masked_select_grad(x, mask, out_grad):
     element's grad is out_grad[k], the rest 0, summed over the dims x was broadcast along. The
     position k of every element is an exclusive scan of the (broadcast) mask, walked as one flat
     row (blocked_scan). Complex: both parts of out_grad[k] move; bool: the sum is an OR."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     xm, mm = build_options()["variant"]
     rank = len(xm)
     full = [mask.shape[d] if xm[d] else x.shape[d] for d in range(rank)]

@@ -61,20 +61,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tvmgrad.dtypes import FLOATS, DType, to_compute
-from tvmgrad.families.base import Arg, OpError, OpImpl, Plan
+from tvmgrad.dtypes import FLOATS, to_compute
+from tvmgrad.families.base import Arg, OpImpl, Plan
 from tvmgrad.families.tensor import builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import TensorMeta
-# imported for their registrations (InferMetas this module's ops use)
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import sampling as _im_sampling  # noqa: F401
 from tvmgrad.lazy import te, tirx
 
-from . import _extern
-from ._extern import Body, i64, proxy  # noqa: F401  (re-exported)
+from ._extern import acc_dtype, cast_to, extern, i64, proxy
+from ._math import cast, const, f32, f64, mul_f32, where
+from ._plan import fail, host_array
 
-__all__ = ["SampleOp", "sample_op", "info", "Host", "fail", "i64", "f32", "f64", "mul_f32",
-           "Body", "extern", "proxy", "acc_dtype", "host_array"]
+__all__ = ["SampleOp", "sample_op", "info", "Host"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -104,20 +101,6 @@ class Host:
         self.alias = {}
         self.host_only = set()
         self.views = {}
-
-
-def fail(op, msg):
-    raise OpError(f"{op}: {msg}")
-
-
-def host_array(call, name):
-    """The numpy array of tensor input ``name`` (None when absent)."""
-    value = call.tensors.get(name)
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [np.asarray(v) for v in value]
-    return np.asarray(value)
 
 
 def _fits_int32(metas, values) -> bool:
@@ -236,62 +219,6 @@ class SampleOp(OpImpl):
 
 
 sample_op = SampleOp.decorator  # @sample_op: a ``SampleOp`` builder (see the class)
-
-
-# ------------------------------------------------------------------------------------------
-# TIR helpers
-
-def cast(v, dtype):
-    """``v`` (a Python number, a TIR expression or a te.Tensor element) as ``dtype``."""
-    if isinstance(v, (int, float)):
-        return tirx.const(v, dtype)
-    if hasattr(v, "asobject"):
-        v = v.asobject()
-    return v if str(v.ty) == dtype else v.astype(dtype)
-
-
-def f32(v):
-    return cast(v, "float32")
-
-
-def f64(v):
-    return cast(v, "float64")
-
-
-def mul_f32(a, b):
-    """The IEEE float32 product of two float32 values, immune to FMA contraction with a following
-    add (LLVM and nvcc fuse a·b+c): the float64 product of float32 values is exact, rounding it
-    to float32 is the float32 product, and the rounding step cannot be fused."""
-    return f32(f64(a) * f64(b))
-
-
-def acc_dtype(dt: DType) -> str:
-    """Accumulation dtype: float64 for float64 data, float32 otherwise."""
-    return "float64" if dt.compute == "float64" else "float32"
-
-
-def const(v, dtype):
-    return tirx.const(v, dtype)
-
-
-def select(c, a, b):
-    return tirx.Select(c, a, b)
-
-
-# ------------------------------------------------------------------------------------------
-# Kernel bodies of serial owners: te.extern with annotated blocks (schedule gather_owners;
-# ``block(..., inner=True)`` marks the last par loop as the CUDA/contiguous inner one)
-
-def extern(name, outputs, inputs, gen):
-    """``_extern.extern`` whose block bodies take ``(P, S)`` (no vector lanes here)."""
-    return _extern.extern(name, outputs, inputs, gen, lanes=False)
-
-
-def store_cast(t, dt: DType, name):
-    """te.compute casting an accumulation-dtype tensor to dt's storage (identity if equal)."""
-    if str(t.dtype) == dt.storage:
-        return t
-    return te.compute(t.shape, lambda *i: t(*i).astype(dt.storage), name=name)
 
 
 # ------------------------------------------------------------------------------------------
@@ -547,7 +474,7 @@ def _k_estimate(k, method, r, align_corners, align_flag):
         t = (kf + 0.5) / rf - 0.5
     else:
         t = kf / rf
-    t = select(rf > 0.0, t, f64(-8.0))
+    t = where(rf > 0.0, t, f64(-8.0))
     return i64(tirx.floor(tirx.min(tirx.max(t, f64(-8.0)), f64(float(2 ** 40)))))
 
 
@@ -560,11 +487,11 @@ def _k_count_below(k, est, base, method, out, r):
     for j in range(5):
         oj = c + j
         ok = tirx.all(oj < i64(out), base[tirx.min(oj, last)] < k)
-        cnt = cnt + select(ok, i64(1), i64(0))
+        cnt = cnt + where(ok, i64(1), i64(0))
     # ratio 0 (a single output, or align_corners with a single input): every base is base[0]
-    cnt = select(f32(r) > f32(0.0), cnt, select(base[0] < k, i64(out), i64(0)))
+    cnt = where(f32(r) > f32(0.0), cnt, where(base[0] < k, i64(out), i64(0)))
     floor_k = -1 if method == "bicubic" else 0
-    return select(k <= floor_k, i64(0), cnt)
+    return where(k <= floor_k, i64(0), cnt)
 
 
 def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt, adt):
@@ -611,7 +538,7 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
             dw = te.compute((out,), dw_f, name=f"dw_{nm}")
 
             def taps(o):
-                xe = select(base[o] + 1 < last_in, base[o] + 1, last_in)
+                xe = where(base[o] + 1 < last_in, base[o] + 1, last_in)
                 return [(base[o], f32(1.0) - dw[o]), (xe, dw[o])]
 
     lo_k = {"nearest": 0, "bicubic": 2}.get(method, 1)
@@ -624,11 +551,11 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
 
     def lo_f(i):
         v = _k_count_below(i - lo_k, est_lo[i], base, method, out, r)
-        return select(i == 0, i64(0), v) if method == "bicubic" else v
+        return where(i == 0, i64(0), v) if method == "bicubic" else v
 
     def hi_f(i):
         v = _k_count_below(i + hi_k, est_hi[i], base, method, out, r)
-        return select(i == last_in, i64(out), v) if method == "bicubic" else v
+        return where(i == last_in, i64(out), v) if method == "bicubic" else v
 
     lo = te.compute((in_size,), lo_f, name=f"lo_{nm}")
     hi = te.compute((in_size,), hi_f, name=f"hi_{nm}")
@@ -637,7 +564,7 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
         o = tirx.min(lo[i] + j, tirx.max(i64(out) - 1, i64(0)))
         total = const(0.0, adt)
         for ti, wi in taps(o):
-            total = total + select(ti == i, cast(wi, adt), const(0.0, adt))
+            total = total + where(ti == i, cast(wi, adt), const(0.0, adt))
         return total
 
     def flag_f(i, j):
@@ -648,9 +575,9 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
         for ti, wi in taps(o):
             hit = ti == i
             wi = wi.asobject() if hasattr(wi, "asobject") else wi
-            zero = tirx.max(zero, select(tirx.all(hit, wi == const(0.0, str(wi.ty))), i64(1), i64(0)))
-            pos = tirx.max(pos, select(tirx.all(hit, wi > const(0.0, str(wi.ty))), i64(1), i64(0)))
-            neg = tirx.max(neg, select(tirx.all(hit, wi < const(0.0, str(wi.ty))), i64(1), i64(0)))
+            zero = tirx.max(zero, where(tirx.all(hit, wi == const(0.0, str(wi.ty))), i64(1), i64(0)))
+            pos = tirx.max(pos, where(tirx.all(hit, wi > const(0.0, str(wi.ty))), i64(1), i64(0)))
+            neg = tirx.max(neg, where(tirx.all(hit, wi < const(0.0, str(wi.ty))), i64(1), i64(0)))
         return tirx.max(zero, pos * neg)
 
     cnt = te.compute((in_size,), lambda i: tirx.max(hi[i] - lo[i], i64(0)), name=f"cnt_{nm}")
@@ -713,7 +640,7 @@ def _interp_kernel(output_grad, insp):
                     val = cast(to_compute(G[tuple(gi)], dt), adt)
                     term = w * val
                     if flag is not None:        # Paddle's inf·0 or inf − inf over the taps
-                        term = select(tirx.all(flag > i64(0), tirx.isinf(val)),
+                        term = where(tirx.all(flag > i64(0), tirx.isinf(val)),
                                       const(float("nan"), adt), term)
                     acc[0] = acc[0] + term
                     return
@@ -725,7 +652,7 @@ def _interp_kernel(output_grad, insp):
 
         body.block("gather", blk, par=out_shape, reads=list(ins), writes=list(outs), inner=True)
 
-    (x_grad,) = extern("x_grad", [(out_shape, dt.storage)], [g] + tabs, gen)
+    (x_grad,) = extern("x_grad", [(out_shape, dt.storage)], [g] + tabs, gen, lanes=False)
     return x_grad
 
 
@@ -831,7 +758,7 @@ def _round_even(v):
     frac = v - r
     odd = (r - tirx.floor(r * c(0.5)) * c(2.0)) != c(0.0)
     up = tirx.any(frac > c(0.5), tirx.all(frac == c(0.5), odd))
-    return r + select(up, c(1.0), c(0.0))
+    return r + where(up, c(1.0), c(0.0))
 
 
 def _grid_coords(grid, axis, size, pad, ac, cdt, name):
@@ -853,7 +780,7 @@ def _grid_coords(grid, axis, size, pad, ac, cdt, name):
     if pad == "border":
         coord = te.compute(shape, lambda n, o: tirx.min(tirx.max(c0[n, o], c(0.0)), cast(mx, cdt)),
                            name=f"{name}_c")
-        scale = te.compute(shape, lambda n, o: select(coord[n, o] == c0[n, o], factor, c(0.0)),
+        scale = te.compute(shape, lambda n, o: where(coord[n, o] == c0[n, o], factor, c(0.0)),
                            name=f"{name}_s")
         return coord, scale
     # reflection
@@ -866,10 +793,10 @@ def _grid_coords(grid, axis, size, pad, ac, cdt, name):
     def sign(n, o):
         neg = base[n, o] < c(0.0)
         flip = extra[n, o] > dr - extra[n, o]
-        return select(neg, select(flip, c(1.0), c(-1.0)), select(flip, c(-1.0), c(1.0)))
+        return where(neg, where(flip, c(1.0), c(-1.0)), where(flip, c(-1.0), c(1.0)))
 
     if ac:
-        coord = te.compute(shape, lambda n, o: select(mx == 0, c(0.0),
+        coord = te.compute(shape, lambda n, o: where(mx == 0, c(0.0),
                                                       tirx.min(extra[n, o], dr - extra[n, o])),
                            name=f"{name}_c")
         scale = te.compute(shape, lambda n, o: factor * sign(n, o), name=f"{name}_s")
@@ -878,7 +805,7 @@ def _grid_coords(grid, axis, size, pad, ac, cdt, name):
                       name=f"{name}_r")
     coord = te.compute(shape, lambda n, o: tirx.min(tirx.max(refl[n, o], c(0.0)), cast(mx, cdt)),
                        name=f"{name}_c")
-    scale = te.compute(shape, lambda n, o: select(coord[n, o] == refl[n, o], factor * sign(n, o),
+    scale = te.compute(shape, lambda n, o: where(coord[n, o] == refl[n, o], factor * sign(n, o),
                                                   c(0.0)), name=f"{name}_s")
     return coord, scale
 
@@ -944,7 +871,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
     if md == "nearest":
         def near_idx(n, o):
             r = [_round_even(coords[ax][n, o]) for ax in range(S)]
-            return select(_in_bound(r, sizes, cdt), flat(r), i64(-1))
+            return where(_in_bound(r, sizes, cdt), flat(r), i64(-1))
         corners = [(te.compute((N, Q), near_idx, name="cidx0"), None)]
         dlo = dhi = []
     else:
@@ -961,7 +888,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
         def corner(k, pick):
             def cidx(n, o):
                 pos = [lo[ax][n, o] + const(float(pick[ax]), cdt) for ax in range(S)]
-                return select(_in_bound(pos, sizes, cdt), flat(pos), i64(-1))
+                return where(_in_bound(pos, sizes, cdt), flat(pos), i64(-1))
             return te.compute((N, Q), cidx, name=f"cidx{k}")
 
         corners = [(corner(k, pick), pick) for k, pick in enumerate(_corner_order(S))]
@@ -995,8 +922,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
 
         body.block("scatter", blk, par=[N, C], reads=list(ins), writes=list(outs))
 
-    (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen)
-    x_grad = store_cast(acc, dt, "x_grad")
+    (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen, lanes=False)
+    x_grad = cast_to(acc, dt, "x_grad")
     if md == "nearest":
         grid_grad = te.compute(grid.shape, lambda *i: const(0.0, dt.storage), name="grid_grad")
         return x_grad, grid_grad
@@ -1028,7 +955,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
 
                 def v(pick):
                     i = ids[pick]
-                    return select(i >= i64(0), cast(to_compute(X[n, k, tirx.max(i, i64(0))], dt),
+                    return where(i >= i64(0), cast(to_compute(X[n, k, tirx.max(i, i64(0))], dt),
                                                     cdt), zero)
 
                 for ax in range(S):
@@ -1047,14 +974,14 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
             # a NaN coordinate reaches no corner: the whole point's grid_grad is NaN
             lost = tirx.any(*[tirx.isnan(to_compute(GRID[n, o, a], dt)) for a in range(S)])
             for ax in range(S):
-                O[n, o, ax] = cast(select(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
+                O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
                                    dt.storage)
 
         body.block("grid_grad", blk, par=[N, Q], reads=list(ins), writes=list(outs))
 
     idx_tabs = list(cw_of.values())
     (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],
-                          [x, out_grad] + idx_tabs + dlo + dhi + scales + [grid], gen2)
+                          [x, out_grad] + idx_tabs + dlo + dhi + scales + [grid], gen2, lanes=False)
     return x_grad, grid_grad
 
 
@@ -1093,7 +1020,7 @@ def _linspace(count, ac, cdt, name):
         step = c(2.0) / cnt
         start = c(-1.0) * ((cnt - c(1.0)) / cnt)
     prod = te.compute((count,), lambda i: cast(i, cdt) * step, name=f"{name}_p")
-    return te.compute((count,), lambda i: select(i64(count) == 1, c(0.0), start + prod[i]),
+    return te.compute((count,), lambda i: where(i64(count) == 1, c(0.0), start + prod[i]),
                       name=name)
 
 
@@ -1116,8 +1043,8 @@ def affine_grid_grad(input, output_grad, output_shape, align_corners):
         val = cast(to_compute(g[tuple([n] + pos + [i])], dt), adt)
         base = const(1.0, adt)
         for k in range(S):              # j = k: the k-th coordinate, x = last spatial dim
-            base = select(j == k, lins[S - 1 - k][pos[S - 1 - k]], base)
+            base = where(j == k, lins[S - 1 - k][pos[S - 1 - k]], base)
         return te.sum(val * base, axis=axes)
 
     acc = te.compute((N, S, S + 1), f, name="theta_acc")
-    return store_cast(acc, dt, "input_grad")
+    return cast_to(acc, dt, "input_grad")

@@ -27,10 +27,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from tvmgrad.dtypes import DType, dtype as as_dtype, to_compute
+from tvmgrad.dtypes import DType, to_compute
 from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.complex import Complex
-from tvmgrad.families.pointwise import _coalesce
+from tvmgrad.families.broadcast import coalesce
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
 from tvmgrad.infer_meta import MetaError, broadcast_shapes, same_shape
 from tvmgrad.lazy import te, tirx
@@ -153,7 +153,7 @@ class LinalgOp(TensorOp):
                 raise ValueError(f"{op}: {n!r} has shape {list(all_metas[n].shape)}: its batch dims "
                                  f"{list(batches[n])} must be {list(domain)} (those of "
                                  f"{' and '.join(repr(f) for f in free)})")
-        groups, masks = _coalesce(domain, [batches[n] for n in names], names, op)
+        groups, masks = coalesce(domain, [batches[n] for n in names], names, op)
         mask_of = {n: tuple(m[i] for m in masks) for i, n in enumerate(names)}
         def dims(tpl):
             return tuple(sizes[s] if isinstance(s, str) else s for s in tpl)
@@ -786,9 +786,6 @@ def lu_solve(f: LU, b: Mx, *, adjoint: bool = False, name: str = "lu_solve") -> 
 LA_DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128")
 REAL_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
-# infer_meta._load_all() stops at the first module that registered: load ours explicitly.
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: E402,F401
-from tvmgrad.infer_meta import linalg as _im_linalg  # noqa: E402,F401
 
 _SQ = ("n", "n")
 _XY = ("x", "y", "x_grad", "y_grad")      # solve-like ops: x and y broadcast their batch dims
@@ -1165,9 +1162,7 @@ def _qr_check(call, outs):
 def _qr_square(dq: Mx, dr: Mx, q: Mx, r: Mx, name: str) -> Mx:
     """The m >= n case (Roberts & Roberts 2020): M = R dR^H - dQ^H Q made Hermitian from its lower
     triangle (real diagonal), rhs = dQ + Q M, dA = rhs R^{-H} (a triangular solve)."""
-    la = info()
     mm = ((r @ dr.H) - (dq.H @ q)).m(f"{name}_m")
-    zero = lift_to(la.zero(), mm.cplx)
 
     def herm(b, i, j):
         lo = mm(b, i, j)

@@ -29,13 +29,14 @@ from __future__ import annotations
 import math
 
 from tvmgrad.dtypes import COMPLEX, FLOATS
-from tvmgrad.families import OpError, pointwise
-from tvmgrad.families.shape import coalesce, is_one, reduce_to, shape_op, total, zero
 from tvmgrad import infer_meta
-from tvmgrad.infer_meta import MetaError, broadcast_shapes
-from tvmgrad.infer_meta import shape as _im_shape  # noqa: F401  (registered even when another
-#   module's import made infer_meta._load_all skip the rest)
+from tvmgrad.families import pointwise
+from tvmgrad.families.broadcast import coalesce
+from tvmgrad.families.shape import reduce_to, shape_op, zero
+from tvmgrad.infer_meta import MetaError, broadcast_shapes, is_one, norm_axis
 from tvmgrad.lazy import te, tirx
+
+from ._plan import split_axis
 
 
 # ------------------------------------------------------------------------------------------
@@ -50,11 +51,6 @@ def _tail(t, rank):
     """The dims of ``t`` after its first ``rank`` (a complex pair, or none)."""
     return tuple(t.shape[rank:])
 
-def norm_axis(axis: int, rank: int, extra: int = 0) -> int:
-    """A validated axis made non-negative (the InferMeta has already checked its range)."""
-    return axis + rank + extra if axis < 0 else axis
-
-
 def _int_axis(call, name="axis"):
     axis = call.attrs[name]
     if isinstance(axis, float) and not axis.is_integer() or isinstance(axis, bool):
@@ -62,18 +58,13 @@ def _int_axis(call, name="axis"):
     return int(axis)
 
 
-def _split(shape, axis):
-    """(outer, size, inner) of ``shape`` around ``axis``."""
-    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
-
-
 def _concat_views(metas, axis, joined):
     """Views (outer, size·inner) of the concat pieces and of the joined tensor."""
     pieces = []
     for m in metas:
-        o, a, i = _split(m.shape, axis)
+        o, a, i = split_axis(m.shape, axis)
         pieces.append((o, a * i))
-    o, a, i = _split(joined, axis)
+    o, a, i = split_axis(joined, axis)
     return pieces, (o, a * i)
 
 
@@ -202,7 +193,7 @@ def _stack_grad_check(call, outs):
 def _stack_grad_views(call, outs):
     g = call.meta("out_grad")
     ax = norm_axis(int(call.attrs["axis"]), g.ndim)
-    outer, n, inner = _split(g.shape, ax)
+    outer, n, inner = split_axis(g.shape, ax)
     return {"out_grad": (outer, n, inner), "x": [(outer, inner)] * n,
             "x_grad": [(outer, inner)] * n}
 
@@ -220,9 +211,14 @@ def stack_grad(x, out_grad, axis):
 # ------------------------------------------------------------------------------------------
 # expand / expand_as / broadcast_tensors / meshgrid
 
+def _broadcast_views(op, small, big, name="x"):
+    """(small's view, big's view): the coalesced views of ``small`` broadcast to ``big``."""
+    groups, masks = coalesce(big, [small], [name], op)
+    return tuple(1 if m[0] else g for g, m in zip(groups, masks)), tuple(groups)
+
+
 def _expand_views(call, outs):
-    x = call.meta("x")
-    xs, big, _ = coalesce(x.shape, outs[0].shape)
+    xs, big = _broadcast_views(call.op, call.meta("x").shape, outs[0].shape)
     return {"x": xs, "out": big}
 
 
@@ -270,7 +266,7 @@ def _expand_grad_check(call, outs):
 
 
 def _expand_grad_views(call, outs):
-    xs, big, _ = coalesce(call.meta("x").shape, call.meta("out_grad").shape)
+    xs, big = _broadcast_views(call.op, call.meta("x").shape, call.meta("out_grad").shape)
     return {"x": xs, "out_grad": big, "x_grad": xs}
 
 
@@ -312,8 +308,8 @@ def _bt_check(call, outs):
 
 def _bt_views(call, outs):
     small, big = [], []
-    for m, g in zip(call.meta("input"), call.meta("out_grad")):
-        s, b, _ = coalesce(m.shape, g.shape)
+    for k, (m, g) in enumerate(zip(call.meta("input"), call.meta("out_grad"))):
+        s, b = _broadcast_views(call.op, m.shape, g.shape, f"input[{k}]")
         small.append(s)
         big.append(b)
     return {"input": small, "out_grad": big, "input_grad": small}

@@ -9,12 +9,16 @@ compute in float32. Notes on where Paddle's kernel misbehaves are in the docstri
 from __future__ import annotations
 
 import numpy as np
+
+from tvmgrad.dtypes import FLOATS
+from tvmgrad.families import OpError, pointwise
+from tvmgrad.families.broadcast import coalesce
+from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import te, tirx
 
-from tvmgrad.families import OpError, pointwise
-
-from ._math import const, where
-from .norm import FLOAT_LIKE, canonical, cdtype, ld, need_same_shape, store, view_op
+from ._math import const, float_attr, where
+from ._reduction import cdtype, ld, need_same_shape, store
+from .norm import view_op
 
 INDEX = ("int32", "int64")
 
@@ -22,11 +26,6 @@ INDEX = ("int32", "int64")
 def _mask(cond, like):
     """1.0 where ``cond`` else 0.0 (to multiply by, keeping 0·inf = NaN like Paddle)."""
     return where(cond, const(1.0, like), const(0.0, like))
-
-
-def _f32(v):
-    """A ``float`` attribute as Paddle's kernel sees it (float32 even for float64 data)."""
-    return v.astype("float32").astype("float64") if str(v.ty) == "float64" else v
 
 
 # ------------------------------------------------------------------------------------------
@@ -43,7 +42,7 @@ def bce_loss_grad(input, label, out_grad):
 def huber_loss_grad(residual, out_grad, delta):
     """residual = label − input: input_grad = −clip(residual, −δ, δ)·out_grad (−residual·g inside
     |r| ≤ δ, ∓δ·g outside), label_grad = −input_grad"""
-    d = _f32(delta)
+    d = float_attr(delta)
     inside = tirx.abs(residual) <= d
     v = where(inside, residual, where(residual > 0, d, -d))
     return -v * out_grad, v * out_grad
@@ -52,7 +51,7 @@ def huber_loss_grad(residual, out_grad, delta):
 @pointwise
 def log_loss_grad(input, label, out_grad, epsilon):
     """input_grad = out_grad · (−label/(input + ε) + (1 − label)/(1 − input + ε))"""
-    eps = _f32(epsilon)
+    eps = float_attr(epsilon)
     one = const(1.0, input)
     return out_grad * (-(label / (input + eps)) + (one - label) / (one - input + eps))
 
@@ -93,7 +92,7 @@ def _kldiv_views(call, outs):
             {"b": b, "r": r})
 
 
-@view_op(views=_kldiv_views, float_inputs=("label", "out_grad"), index_dtypes=FLOAT_LIKE)
+@view_op(views=_kldiv_views, float_inputs=("label", "out_grad"), index_dtypes=FLOATS)
 def kldiv_loss_grad(x, label, out_grad, reduction, log_target):
     """x_grad = −label·g (0 where label ≤ 0; NaN labels give NaN), or −exp(label)·g with
     log_target; g = out_grad, divided by numel for 'mean' and by the batch size (dim 0) for
@@ -228,23 +227,10 @@ def _reduce_as_check(call, outs):
 def _reduce_as_views(call, outs):
     _reduce_as_check(call, outs)
     xs, ts = call.meta("x").shape, call.meta("target").shape
-    aligned = (1,) * (len(xs) - len(ts)) + tuple(ts)
-    # coalesce runs of dims that are broadcast alike
-    groups, masks = [], []
-    for xd, td in zip(xs, aligned):
-        if xd == 1:
-            continue
-        b = td == 1
-        if masks and masks[-1] == b:
-            groups[-1] *= xd
-        else:
-            groups.append(xd)
-            masks.append(b)
-    if not groups:
-        groups, masks = [1], [False]
+    groups, masks = coalesce(xs, [ts], ["target"], call.op)
     names = [f"d{i}" for i in range(len(groups))]
     xt = tuple(names)
-    gt = tuple(1 if m else nm for nm, m in zip(names, masks))
+    gt = tuple(1 if m[0] else nm for nm, m in zip(names, masks))
     return ({"x": xt, "x_grad": xt, "target": gt, "out_grad": gt},
             dict(zip(names, groups)))
 
@@ -407,7 +393,7 @@ def _maxout_views(call, outs):
     axis = call.attrs["axis"]
     if axis not in (1, 3, -1):
         raise OpError(f"{op}: attribute 'axis' must be 1 (NCHW) or 3 / -1 (NHWC), got {axis}")
-    ax = canonical(op, axis, 4, of="x")
+    ax = norm_axis(axis, 4, of="x", op=op, zero_d_axis=True)
     g = call.attrs["groups"]
     c = x[ax]
     if g <= 0 or c % g:

@@ -31,17 +31,16 @@ import math
 from dataclasses import dataclass, field
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
-from tvmgrad.families import OpError
 from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params, view_shape
-# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
-from tvmgrad.infer_meta import dense as _im_dense  # noqa: F401
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import is_symbolic
+from tvmgrad.infer_meta import is_one, is_symbolic, norm_axis
 from tvmgrad.lazy import te, tirx
 
-__all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "const", "main_attrs", "SRC_ROOT", "SRC_TILE",
-           "grain", "ceil_to", "load", "zero", "gemm", "store", "source"]
+from ._math import float_attr
+from ._plan import fail
+
+__all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "index_const", "main_attrs", "SRC_ROOT", "SRC_TILE",
+           "grain", "ceil_to", "load", "zero", "gemm", "store", "source", "chain_order"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -74,7 +73,7 @@ def index_dtype() -> str:
     return _IDX[-1] if _IDX else "int64"
 
 
-def const(v: int):
+def index_const(v: int):
     """An index constant in the kernel's index dtype."""
     return tirx.const(int(v), index_dtype())
 
@@ -310,14 +309,10 @@ def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", ac
 # ------------------------------------------------------------------------------------------
 # shape checks
 
-def _fail(op, msg):
-    raise OpError(f"{op}: {msg}")
-
-
 def _rank(call, name, ranks):
     meta = call.meta(name)
     if meta.ndim not in ranks:
-        _fail(call.op, f"input {name!r} must have rank {' or '.join(map(str, ranks))}, got shape "
+        fail(call.op, f"input {name!r} must have rank {' or '.join(map(str, ranks))}, got shape "
                        f"{list(meta.shape)}")
     return meta.shape
 
@@ -327,7 +322,7 @@ def _same(call, what, pairs):
     (n0, d0, v0) = pairs[0]
     for n, d, v in pairs[1:]:
         if v != v0:
-            _fail(call.op, f"{what}: {n}.shape[{d}] = {v} does not match {n0}.shape[{d0}] = {v0}")
+            fail(call.op, f"{what}: {n}.shape[{d}] = {v} does not match {n0}.shape[{d0}] = {v0}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,11 +361,6 @@ def bmm_grad(x, y, out_grad):
     return dx, dy
 
 
-def _f32(v, acc):
-    """A float attribute as Paddle's kernels see it (a C++ float), in the compute dtype."""
-    return v.astype("float32").astype(acc)
-
-
 def _mm(name, A, ta, B, tb, M, N, K, dt, gm, gn, batch=()):
     """op(A) @ op(B) (op = transpose when t*) over [*batch, M, K] x [*batch, K, N] operands given
     as index functions / tensors; -> the contraction (padded; crop with the result's shape)."""
@@ -401,7 +391,7 @@ def _addmm_views(call, outs):
     i2 = (1, *inp) if len(inp) == 1 else inp
     for d, (have, want) in enumerate(zip(i2, g)):
         if have not in (1, want):
-            _fail(call.op, f"input 'input' of shape {list(inp)} does not broadcast to out_grad "
+            fail(call.op, f"input 'input' of shape {list(inp)} does not broadcast to out_grad "
                            f"{list(g)}")
     rows = "M" if i2[0] != 1 else 1
     cols = "N" if i2[1] != 1 else 1
@@ -421,7 +411,7 @@ def addmm_grad(input, x, y, out_grad, alpha, beta):
     N = y.shape[1]
     gm, gk, gn = build_info()
     out = store(dt)
-    a, b = _f32(alpha, acc), _f32(beta, acc)
+    a, b = float_attr(alpha, acc), float_attr(beta, acc)
     g = lambda *i: load(out_grad, i, dt)  # noqa: E731
     cx = _mm("addmm_dx", g, False, lambda *i: load(y, i, dt), True, M, K, N, dt, gm, gk)
     cy = _mm("addmm_dy", lambda *i: load(x, i, dt), True, g, False, K, N, M, dt, gk, gn)
@@ -429,23 +419,19 @@ def addmm_grad(input, x, y, out_grad, alpha, beta):
     dy = _crop("y_grad", cy, (K, N), lambda v: out(a * v))
     rows, cols = input.shape
     red = []
-    if _is_one(rows):
+    if is_one(rows):
         red.append(te.reduce_axis((0, M), name="addmm_r"))
-    if _is_one(cols):
+    if is_one(cols):
         red.append(te.reduce_axis((0, N), name="addmm_c"))
 
     def summed(i, j):
-        ii = red[0] if _is_one(rows) else i
-        jj = red[-1] if _is_one(cols) else j
+        ii = red[0] if is_one(rows) else i
+        jj = red[-1] if is_one(cols) else j
         v = load(out_grad, (ii, jj), dt)
         return te.sum(v, axis=red) if red else v
     s = te.compute(input.shape, summed, name="addmm_sum")
     di = te.compute(input.shape, lambda i, j: out(b * s[i, j]), name="input_grad")
     return di, dx, dy
-
-
-def _is_one(d) -> bool:
-    return hasattr(d, "value") and int(d.value) == 1
 
 
 # ------------------------------------------------------------------------------------------
@@ -456,10 +442,10 @@ def _dot_views(call, outs):
     y = _rank(call, "y", (1, 2))
     g = call.meta("out_grad").shape
     if x != y:
-        _fail(call.op, f"inputs 'x' {list(x)} and 'y' {list(y)} must have the same shape")
+        fail(call.op, f"inputs 'x' {list(x)} and 'y' {list(y)} must have the same shape")
     b = x[0] if len(x) == 2 else 1
     if math.prod(g) != b or (len(x) == 1 and len(g) > 1) or (len(x) == 2 and g not in ((b,), (b, 1))):
-        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected "
+        fail(call.op, f"input 'out_grad' has shape {list(g)}, expected "
                        f"{'[] or [1]' if len(x) == 1 else f'[{b}] or [{b}, 1]'}")
     tpl = ("B", "N")
     return View({"x": tpl, "y": tpl, "x_grad": tpl, "y_grad": tpl, "out_grad": ("B", 1)},
@@ -510,14 +496,12 @@ def _cross_axis(call):
     if axis == 9:        # Paddle's DDim::kMaxRank: the first dim of size 3
         found = [i for i, d in enumerate(shape) if d == 3]
         if not found:
-            _fail(call.op, f"no dimension of x {list(shape)} has size 3 (axis 9 = the first "
+            fail(call.op, f"no dimension of x {list(shape)} has size 3 (axis 9 = the first "
                            f"such dimension)")
         return found[0]
-    if not -rank <= axis < rank:
-        _fail(call.op, f"attribute 'axis' = {axis} is out of range for 'x' of rank {rank}")
-    axis %= rank
+    axis = norm_axis(axis, rank, of="x", op=call.op)
     if shape[axis] != 3:
-        _fail(call.op, f"x.shape[{axis}] must be 3, got {shape[axis]} (x {list(shape)})")
+        fail(call.op, f"x.shape[{axis}] must be 3, got {shape[axis]} (x {list(shape)})")
     return axis
 
 
@@ -525,7 +509,7 @@ def _cross_views(call, outs):
     x, y, g = (call.meta(n).shape for n in ("x", "y", "out_grad"))
     if not x == y == g:
         # (Paddle 3.3.1 corrupts memory when y broadcasts: no broadcasting here)
-        _fail(call.op, f"x {list(x)}, y {list(y)} and out_grad {list(g)} must have the same shape")
+        fail(call.op, f"x {list(x)}, y {list(y)} and out_grad {list(g)} must have the same shape")
     axis = _cross_axis(call)
     tpl = ("P", 3, "Q")
     return View({n: tpl for n in ("x", "y", "out_grad", "x_grad", "y_grad")},
@@ -556,17 +540,17 @@ def _trace_views(call, outs):
     g = call.meta("out_grad").shape
     rank = len(x)
     if rank < 2:
-        _fail(call.op, f"input 'x' must have rank >= 2, got shape {list(x)}")
+        fail(call.op, f"input 'x' must have rank >= 2, got shape {list(x)}")
     a1, a2 = call.attrs["axis1"], call.attrs["axis2"]
     for name, a in (("axis1", a1), ("axis2", a2)):
         if not -rank <= a < rank:
-            _fail(call.op, f"attribute {name!r} = {a} is out of range for 'x' of rank {rank}")
+            fail(call.op, f"attribute {name!r} = {a} is out of range for 'x' of rank {rank}")
     a1, a2 = a1 % rank, a2 % rank
     if a1 == a2:
-        _fail(call.op, f"attributes 'axis1' and 'axis2' must differ, both are {a1}")
+        fail(call.op, f"attributes 'axis1' and 'axis2' must differ, both are {a1}")
     rest = tuple(d for i, d in enumerate(x) if i not in (a1, a2))
     if tuple(g) != rest and not (rest == () and tuple(g) in ((), (1,))):
-        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(rest)} (x "
+        fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(rest)} (x "
                        f"{list(x)} without axes {a1} and {a2})")
     return View({"out_grad": tuple(f"r{i}" for i in range(len(rest))) or (1,)},
                 {f"r{i}": d for i, d in enumerate(rest)}, (a1, a2))
@@ -592,7 +576,7 @@ def _kron_views(call, outs):
     xp, yp = (1,) * (r - len(x)) + tuple(x), (1,) * (r - len(y)) + tuple(y)
     want = tuple(a * b for a, b in zip(xp, yp))
     if tuple(g) != want:
-        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (kron of x "
+        fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (kron of x "
                        f"{list(x)} and y {list(y)})")
     xt = tuple(f"x{i}" for i in range(r))
     yt = tuple(f"y{i}" for i in range(r))
@@ -679,7 +663,7 @@ def bilinear_grad(x, y, weight, out_grad):
 # ------------------------------------------------------------------------------------------
 # multi_dot
 
-def _chain_order(dims):
+def chain_order(dims):
     """Matrix-chain DP: the cheapest parenthesisation of A_0 ... A_{n-1} (A_i is dims[i] x
     dims[i+1]) as a nested tuple of indices."""
     n = len(dims) - 1
@@ -707,26 +691,26 @@ def _multi_dot_views(call, outs):
     xs = call.meta("x")
     n = len(xs)
     if n < 2:
-        _fail(call.op, f"input 'x' must hold at least 2 tensors, got {n}")
+        fail(call.op, f"input 'x' must hold at least 2 tensors, got {n}")
     shapes = [m.shape for m in xs]
     for i, s in enumerate(shapes):
         ok = (len(s) == 2) or (len(s) == 1 and i in (0, n - 1))
         if not ok:
-            _fail(call.op, f"input 'x[{i}]' must be 2-D (1-D allowed first and last), got shape "
+            fail(call.op, f"input 'x[{i}]' must be 2-D (1-D allowed first and last), got shape "
                            f"{list(s)}")
     first = (1, *shapes[0]) if len(shapes[0]) == 1 else tuple(shapes[0])
     last = (*shapes[-1], 1) if len(shapes[-1]) == 1 else tuple(shapes[-1])
     mats = [first] + [tuple(s) for s in shapes[1:-1]] + [last]
     for i in range(n - 1):
         if mats[i][1] != mats[i + 1][0]:
-            _fail(call.op, f"x[{i}] {list(shapes[i])} and x[{i + 1}] {list(shapes[i + 1])} cannot "
+            fail(call.op, f"x[{i}] {list(shapes[i])} and x[{i + 1}] {list(shapes[i + 1])} cannot "
                            f"be multiplied")
     dims = [mats[0][0]] + [m[1] for m in mats]
     g = call.meta("out_grad").shape
     want = tuple(d for d, drop in ((dims[0], len(shapes[0]) == 1), (dims[-1], len(shapes[-1]) == 1))
                  if not drop)
     if tuple(g) != want:
-        _fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (the "
+        fail(call.op, f"input 'out_grad' has shape {list(g)}, expected {list(want)} (the "
                        f"product of x[0] {list(shapes[0])} ... x[{n - 1}] {list(shapes[-1])})")
     names = [f"d{i}" for i in range(n + 1)]
     tpls = [(names[i], names[i + 1]) for i in range(n)]
@@ -738,7 +722,7 @@ def _multi_dot_views(call, outs):
         tpls[-1] = (names[n - 1], 1)
     sizes = {f"d{i}": d for i, d in enumerate(dims)}
     return View({"x": tpls, "x_grad": tpls, "out_grad": (names[0], names[n])}, sizes,
-                (_chain_order(dims), tuple(grain(d) for d in dims)))
+                (chain_order(dims), tuple(grain(d) for d in dims)))
 
 
 @dense_op(views=_multi_dot_views)
@@ -804,7 +788,7 @@ def _wol_views(call, outs):
     op = call.op
     wd = call.attrs["weight_dtype"]
     if wd not in ("int8", "int4"):
-        _fail(op, f"attribute 'weight_dtype' must be 'int8' or 'int4', got {wd!r}")
+        fail(op, f"attribute 'weight_dtype' must be 'int8' or 'int4', got {wd!r}")
     x = call.meta("x").shape
     w = _rank(call, "weight", (2,))
     s = _rank(call, "weight_scale", (1,))
@@ -813,20 +797,20 @@ def _wol_views(call, outs):
     k = w[1]
     rows = n if wd == "int8" else n // 2
     if w[0] != rows or (wd == "int4" and n % 2):
-        _fail(op, f"input 'weight' has shape {list(w)}, expected [{rows}, {k}] for {n} "
+        fail(op, f"input 'weight' has shape {list(w)}, expected [{rows}, {k}] for {n} "
                   f"{wd} output channels (weight_scale has {n})")
     if n % 16 or k % 64:
-        _fail(op, f"the arch {call.attrs['arch']} weight layout needs out_features % 16 == 0 and "
+        fail(op, f"the arch {call.attrs['arch']} weight layout needs out_features % 16 == 0 and "
                   f"in_features % 64 == 0, got {n} and {k} (weight {list(w)})")
     if not x or x[-1] != k:
-        _fail(op, f"input 'x' has shape {list(x)}, its last dim must be in_features {k} (of "
+        fail(op, f"input 'x' has shape {list(x)}, its last dim must be in_features {k} (of "
                   f"'weight' {list(w)})")
     if not g or g[-1] != n or tuple(g[:-1]) != tuple(x[:-1]):
-        _fail(op, f"input 'out_grad' has shape {list(g)}, expected {list(x[:-1]) + [n]} (the "
+        fail(op, f"input 'out_grad' has shape {list(g)}, expected {list(x[:-1]) + [n]} (the "
                   f"leading dims of 'x' {list(x)}, out_features of 'weight_scale')")
     b = call.meta("bias")
     if b is not None and tuple(b.shape) != (n,):
-        _fail(op, f"input 'bias' has shape {list(b.shape)}, expected [{n}] (out_features of "
+        fail(op, f"input 'bias' has shape {list(b.shape)}, expected [{n}] (out_features of "
                   f"'weight_scale')")
     if call.meta("weight").dtype.name != "int8":
         raise TypeError(f"{op}: input 'weight' must be int8 (packed {wd}), got "
@@ -852,8 +836,8 @@ def _wol_q(weight, j, i, K, bits):
     vr, e = fd(t, E), fm(t, E)
     word = fd(j, I) * (fd(K, E) * I) + I * fd(vr, VT) * VT + VT * fm(j, I) + fm(vr, VT)
     if bits == 8:
-        pos = word * 4 + e + tirx.Select(e == 1, const(1), const(0)) \
-            - tirx.Select(e == 2, const(1), const(0))
+        pos = word * 4 + e + tirx.Select(e == 1, index_const(1), index_const(0)) \
+            - tirx.Select(e == 2, index_const(1), index_const(0))
         u = tirx.bitwise_and(weight[pos].astype("int32"), tirx.const(255, "int32"))
         return u - 128
     d = fm(e, 2) * 4 + fd(e, 2)

@@ -18,20 +18,15 @@ import numpy as np
 
 from tvmgrad.lazy import te, tirx
 
-from tvmgrad.dtypes import HALF, dtype as as_dtype, to_compute
+from tvmgrad.dtypes import FLOATS, HALF, dtype as as_dtype
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
-from tvmgrad.infer_meta import same_dim, same_shape
-# Register the InferMetas these ops name even when another module has already filled the
-# registry (infer_meta._load_all() stops at the first registration it sees).
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
-from tvmgrad.infer_meta import reduction as _im_reduction  # noqa: F401
+from tvmgrad.infer_meta import norm_axis, same_dim
 
-from ._math import const, where
-
-FLOAT_LIKE = ("float32", "float64", "float16", "bfloat16")
-
+from ._math import const, float_attr, where
+from ._plan import split_axis
+from ._reduction import cdtype, ld, need_same_shape, store
 
 # ------------------------------------------------------------------------------------------
 # the view family
@@ -121,24 +116,7 @@ view_op = ViewOp.decorator  # @view_op: a ``ViewOp`` (see its docstring)
 
 
 # ------------------------------------------------------------------------------------------
-# helpers shared by the reduction modules
-
-def cdtype(t) -> str:
-    """The compute dtype of a placeholder's elements (float32 for half types)."""
-    return as_dtype(str(t.dtype)).compute
-
-
-def ld(t, *idx, to=None):
-    """Element ``t[idx]`` in its compute dtype (bf16 widened exactly), optionally cast to ``to``."""
-    v = to_compute(t(*idx), as_dtype(str(t.dtype)))
-    return v if to is None or str(v.ty) == to else v.astype(to)
-
-
-def store(t_like, value):
-    """``value`` cast to the storage dtype of placeholder ``t_like`` (or a dtype name)."""
-    storage = t_like if isinstance(t_like, str) else as_dtype(str(t_like.dtype)).storage
-    return value if str(value.ty) == storage else value.astype(storage)
-
+# helpers of the norm grads
 
 def out_storage(dtype_name: str) -> str:
     return as_dtype(dtype_name).storage
@@ -149,34 +127,6 @@ def prod(dims):
     for d in dims:
         r = r * d
     return r
-
-
-def split_axis(shape, axis):
-    """(pre, n, post) sizes of a static shape around ``axis``."""
-    return (math.prod(shape[:axis]), shape[axis] if shape else 1, math.prod(shape[axis + 1:]))
-
-
-def axis_view(shape, axis):
-    """(template, sizes) of the (pre, n) or (pre, n, post) view of ``shape`` around ``axis``
-    (post = 1 drops)."""
-    pre, n, post = split_axis(tuple(shape), axis)
-    sizes = {"pre": pre, "n": n, "post": post}
-    return (("pre", "n") if post == 1 else ("pre", "n", "post")), sizes
-
-
-def canonical(op, axis, rank, name="axis", of=None):
-    r = max(rank, 1)
-    if not -r <= axis < r:
-        what = f"{of!r} of rank {rank}" if of else f"a tensor of rank {rank}"
-        raise OpError(f"{op}: attribute {name!r} = {axis} is out of range for {what} "
-                      f"(expected {-r} <= {name} <= {r - 1})")
-    return axis % r
-
-
-def need_same_shape(op, call, a, b):
-    sa, sb = call.meta(a).shape, call.meta(b).shape
-    if not same_shape(sa, sb):
-        raise OpError(f"{op}: input {b!r} has shape {list(sb)}, expected {list(sa)} (the shape of {a!r})")
 
 
 def check_param_dtype(op, call, names, x="x"):
@@ -191,12 +141,6 @@ def check_param_dtype(op, call, names, x="x"):
             allowed = f"{xm.dtype.name} or float32" if xm.dtype.name in HALF else xm.dtype.name
             raise TypeError(f"{op}: input {n!r} has dtype {m.dtype.name}, expected {allowed} "
                             f"(the dtype of {x!r} is {xm.dtype.name})")
-
-
-def f32(v):
-    """A ``float`` attribute as Paddle's kernels see it: rounded to float32 (a no-op unless the
-    compute dtype is float64)."""
-    return v.astype("float32").astype("float64") if str(v.ty) == "float64" else v
 
 
 def _sum2():
@@ -247,7 +191,7 @@ def _ln_views(call, outs):
              "bias_grad": ("cols",)}, {"rows": rows, "cols": cols})
 
 
-@view_op(views=_ln_views, float_inputs=("x", "out_grad"), index_dtypes=FLOAT_LIKE,
+@view_op(views=_ln_views, float_inputs=("x", "out_grad"), index_dtypes=FLOATS,
          pattern="red_rows")
 def layer_norm_grad(x, scale, bias, mean, variance, out_grad, epsilon, begin_norm_axis):
     """x viewed as (rows, cols) at begin_norm_axis; x̂ = (x − mean)/√(var + ε), t = out_grad·scale:
@@ -255,7 +199,7 @@ def layer_norm_grad(x, scale, bias, mean, variance, out_grad, epsilon, begin_nor
     scale_grad = Σ_rows x̂·out_grad, bias_grad = Σ_rows out_grad (absent without scale / bias).
     ε is a float32 in Paddle's kernels. The two row sums share one pass (a tuple reduction)."""
     dt = cdtype(x)
-    eps = f32(epsilon)
+    eps = float_attr(epsilon)
     rows, cols = x.shape
     one = const(1.0, dt)
 
@@ -318,7 +262,7 @@ def _rms_views(call, outs):
              "inv_var": ("rows",)}, {"rows": rows, "cols": cols})
 
 
-@view_op(views=_rms_views, float_inputs=("x", "out_grad"), index_dtypes=FLOAT_LIKE,
+@view_op(views=_rms_views, float_inputs=("x", "out_grad"), index_dtypes=FLOATS,
          pattern="red_rows")
 def rms_norm_grad(x, bias, residual, norm_weight, norm_bias, inv_var, out_grad, epsilon,
                   begin_norm_axis, quant_scale):
@@ -392,7 +336,7 @@ def _gn_views(call, outs):
             {"n": n, "g": g, "gs": c // g, "hw": hw})
 
 
-@view_op(views=_gn_views, float_inputs=("x", "y", "y_grad"), index_dtypes=FLOAT_LIKE,
+@view_op(views=_gn_views, float_inputs=("x", "y", "y_grad"), index_dtypes=FLOATS,
          pattern="red_rows")
 def group_norm_grad(x, scale, bias, y, mean, variance, y_grad, epsilon, groups, data_format):
     """Per (sample, group) of M = (C/G)·HW elements: x̂ = (x − mean)·r, r = 1/√(var + ε),
@@ -403,7 +347,7 @@ def group_norm_grad(x, scale, bias, y, mean, variance, y_grad, epsilon, groups, 
     mean of t (Σt = 0, wrong), and for channels with scale = 0 it cannot recover x̂ (wrong x_grad
     and scale_grad); the formula here is the exact gradient in every case."""
     dt = cdtype(x)
-    eps = f32(epsilon)
+    eps = float_attr(epsilon)
     one = const(1.0, dt)
     channel_last = data_format in ("NHWC", "NLC", "NDHWC")
     if channel_last:
@@ -479,7 +423,7 @@ def _in_views(grad_names):
     return views
 
 
-@view_op(views=_in_views(("y_grad",)), float_inputs=("x", "y_grad"), index_dtypes=FLOAT_LIKE,
+@view_op(views=_in_views(("y_grad",)), float_inputs=("x", "y_grad"), index_dtypes=FLOATS,
          pattern="red_rows")
 def instance_norm_grad(x, scale, saved_mean, saved_variance, y_grad, epsilon):
     """Per (n, c) over M = H·W: x̂ = (x − mean)·r (r = saved_variance, the inverse std):
@@ -515,7 +459,7 @@ def instance_norm_grad(x, scale, saved_mean, saved_variance, y_grad, epsilon):
 
 
 @view_op(views=_in_views(("grad_y", "grad_x_grad")), float_inputs=("x", "grad_y", "grad_x_grad"),
-         index_dtypes=FLOAT_LIKE, pattern="red_rows")
+         index_dtypes=FLOATS, pattern="red_rows")
 def instance_norm_double_grad(x, fwd_scale, saved_mean, saved_variance, grad_y, grad_x_grad,
                               grad_scale_grad, grad_bias_grad, epsilon):
     """Paddle's InstanceNormDoubleGradKernel formulas (dy = grad_y, ddx = grad_x_grad, per (n, c)
@@ -643,7 +587,7 @@ def _p_norm_views(call, outs):
         pre, n, post = 1, math.prod(x), 1
         kept = ()
     else:
-        ax = canonical(call.op, attrs["axis"], len(x), of="x")
+        ax = norm_axis(attrs["axis"], len(x), of="x", op=call.op, zero_d_axis=True)
         pre, n, post = split_axis(x, ax)
         kept = x[:ax] + ((1,) if attrs["keepdim"] else ()) + x[ax + 1:]
     for name in ("out", "out_grad"):
@@ -661,7 +605,7 @@ def p_norm_grad(x, out, out_grad, porder, axis, epsilon, keepdim, asvector):
     """p = 0: 0; p = ±inf: out_grad·sign(x)·[|x| = out] (every tied element gets the full grad);
     else out_grad·sign(x)·|x|^(p−1)/(out^(p−1) + ε). porder and ε are float32 in Paddle."""
     dt = cdtype(x)
-    p, eps = f32(porder), f32(epsilon)
+    p, eps = float_attr(porder), float_attr(epsilon)
     one, zero = const(1.0, dt), const(0.0, dt)
 
     def body(i, j, k):
@@ -687,7 +631,7 @@ def dist_grad(x, y, out, out_grad, p):
     """d = x − y (broadcast): p = 0: 0; p = ±inf: [|d| = out]·sign(d)·g; else
     (|d|/(out + 1e-10))^(p−1)·sign(d)·g (Paddle's formula; p is a float32);
     x_grad = Σ_broadcast, y_grad = −Σ_broadcast"""
-    pp = f32(p)
+    pp = float_attr(p)
     d = x - y
     ad = tirx.abs(d)
     one = const(1.0, x)
@@ -711,7 +655,7 @@ def _renorm_views(call, outs):
     need_same_shape(call.op, call, "x", "out_grad")
     if not shape:
         raise OpError(f"{call.op}: x must have rank >= 1")
-    ax = canonical(call.op, call.attrs["axis"], len(shape), of="x")
+    ax = norm_axis(call.attrs["axis"], len(shape), of="x", op=call.op, zero_d_axis=True)
     if call.attrs["p"] <= 0:
         raise OpError(f"{call.op}: attribute 'p' must be positive, got {call.attrs['p']}")
     pre, n, post = split_axis(tuple(shape), ax)
@@ -726,7 +670,7 @@ def renorm_grad(x, out_grad, p, axis, max_norm):
     x_grad = c·out_grad + W·k·|x|^(p−1)·(x ≥ 0 ? 1 : −1). p and max_norm are float32."""
     dt = cdtype(x)
     pre, n, post = x.shape
-    pp, mx = f32(p), f32(max_norm)
+    pp, mx = float_attr(p), float_attr(max_norm)
     one = const(1.0, dt)
     k1 = te.reduce_axis((0, pre), name="k1")
     k2 = te.reduce_axis((0, post), name="k2")
@@ -783,7 +727,7 @@ def spectral_norm_grad(weight, u, v, out_grad, dim, power_iters, eps):
     the *sum of the normalised weight*), which is not the gradient of its forward."""
     dt = cdtype(weight)
     A, h, r = weight.shape
-    e = f32(eps)
+    e = float_attr(eps)
 
     def W(a, i, k):
         return ld(weight, a, i, k)
@@ -809,20 +753,16 @@ def spectral_norm_grad(weight, u, v, out_grad, dim, power_iters, eps):
         unew = te.compute((h,), lambda i: ut[i] * uinv[0], name=f"u{it}")
         return vnew, unew
 
-    def uu(i):
-        return ld(u, i)
+    def loaded(t):                  # an input's element in the compute dtype
+        return lambda *i: ld(t, *i)
 
-    def vv(a, k):
-        return ld(v, a, k)
+    def element(t):                 # an iterate's element
+        return lambda *i: t[i]
 
+    uu, vv = loaded(u), loaded(v)
     for it in range(power_iters):
         vnew, unew = power_step(it, uu)
-
-        def uu(i, t=unew):  # noqa: E306 - rebinding the current iterate
-            return t[i]
-
-        def vv(a, k, t=vnew):
-            return t[a, k]
+        uu, vv = element(unew), element(vnew)          # the current iterates
 
     ka = te.reduce_axis((0, A), name="wa")
     kr = te.reduce_axis((0, r), name="wr")

@@ -18,14 +18,10 @@ import math
 import numpy as np
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
-from tvmgrad.families import OpError
 from tvmgrad.lazy import te
 
+from ._plan import fail
 from .matmul import PrimFuncResult, View, dense_op, store
-
-
-def _fail(op, msg):
-    raise OpError(f"{op}: {msg}")
 
 
 def _planes(call, S, x="x", index="mask", grad="out_grad"):
@@ -33,12 +29,12 @@ def _planes(call, S, x="x", index="mask", grad="out_grad"):
     op = call.op
     xm, im, gm = call.meta(x), call.meta(index), call.meta(grad)
     if xm.ndim != S + 2:
-        _fail(op, f"input {x!r} must be {S + 2}-D [N, C, spatial...], got shape {list(xm.shape)}")
+        fail(op, f"input {x!r} must be {S + 2}-D [N, C, spatial...], got shape {list(xm.shape)}")
     if im.shape != gm.shape:
-        _fail(op, f"input {index!r} has shape {list(im.shape)} but {grad!r} has "
+        fail(op, f"input {index!r} has shape {list(im.shape)} but {grad!r} has "
                   f"{list(gm.shape)}; they must match")
     if gm.ndim != S + 2 or gm.shape[:2] != xm.shape[:2]:
-        _fail(op, f"input {grad!r} has shape {list(gm.shape)}; expected [N, C] = "
+        fail(op, f"input {grad!r} has shape {list(gm.shape)}; expected [N, C] = "
                   f"{list(xm.shape[:2])} (the batch and channels of {x!r}) followed by {S} "
                   f"spatial dims")
     P = xm.shape[0] * xm.shape[1]
@@ -49,7 +45,7 @@ def _check_range(call, name, limit, what):
     arr = np.asarray(call.tensors[name])
     if arr.size and (arr.min() < 0 or arr.max() >= limit):
         bad = arr.min() if arr.min() < 0 else arr.max()
-        _fail(call.op, f"input {name!r} holds {int(bad)}, outside [0, {limit}) ({what})")
+        fail(call.op, f"input {name!r} holds {int(bad)}, outside [0, {limit}) ({what})")
 
 
 # ------------------------------------------------------------------------------------------
@@ -116,10 +112,10 @@ def _scatter_func(dt, index_dtype):
 def _int_list(op, name, value, lengths, minimum):
     value = list(value)
     if len(value) not in lengths:
-        _fail(op, f"attribute {name!r} must have {' or '.join(map(str, lengths))} values, got "
+        fail(op, f"attribute {name!r} must have {' or '.join(map(str, lengths))} values, got "
                   f"{value}")
     if any(v < minimum for v in value):
-        _fail(op, f"attribute {name!r} must hold values >= {minimum}, got {value}")
+        fail(op, f"attribute {name!r} must hold values >= {minimum}, got {value}")
     return value
 
 
@@ -133,11 +129,11 @@ def _check_pool_attrs(call, S):
     if "output_size" in a:                                  # fractional max pool
         out = _int_list(op, "output_size", a["output_size"], (S,), 1)
         if list(grad) != out:
-            _fail(op, f"input 'out_grad' has spatial size {list(grad)}, but attribute "
+            fail(op, f"input 'out_grad' has spatial size {list(grad)}, but attribute "
                       f"'output_size' is {out}")
         ks = _int_list(op, "kernel_size", a["kernel_size"], (S,), 0)
         if any(k > n for k, n in zip(ks, spatial)):
-            _fail(op, f"attribute 'kernel_size' = {ks} is larger than the spatial size "
+            fail(op, f"attribute 'kernel_size' = {ks} is larger than the spatial size "
                       f"{list(spatial)} of 'x' (0: derived from output_size)")
         return
     ks = _int_list(op, "kernel_size", a["kernel_size"], (S,), 1)
@@ -147,13 +143,13 @@ def _check_pool_attrs(call, S):
         return
     if a["adaptive"]:
         if list(grad) != ks:
-            _fail(op, f"input 'out_grad' has spatial size {list(grad)}, but adaptive pooling "
+            fail(op, f"input 'out_grad' has spatial size {list(grad)}, but adaptive pooling "
                       f"makes attribute 'kernel_size' = {ks} the output size")
         return
     lo, hi = (pads, pads) if len(pads) == S else (pads[0::2], pads[1::2])
     for i, (k, n) in enumerate(zip(ks, spatial)):
         if k > n + lo[i] + hi[i]:
-            _fail(op, f"attribute 'kernel_size' = {ks} is larger than the padded spatial size of "
+            fail(op, f"attribute 'kernel_size' = {ks} is larger than the padded spatial size of "
                       f"'x' {list(spatial)} (paddings {pads}) in dim {i}")
 
 
@@ -217,13 +213,13 @@ def fractional_max_pool3d_grad(x, mask, out_grad, output_size, kernel_size, rand
 def _unpool_views(call, outs):
     op = call.op
     if call.attrs["data_format"] != "NCDHW":
-        _fail(op, f"attribute 'data_format' must be 'NCDHW', got {call.attrs['data_format']!r}")
+        fail(op, f"attribute 'data_format' must be 'NCDHW', got {call.attrs['data_format']!r}")
     P, I, O = _planes(call, 3, x="x", index="indices", grad="x")
     om, gm = call.meta("out"), call.meta("out_grad")
     if om.shape != gm.shape:
-        _fail(op, f"input 'out_grad' has shape {list(gm.shape)} but 'out' has {list(om.shape)}")
+        fail(op, f"input 'out_grad' has shape {list(gm.shape)} but 'out' has {list(om.shape)}")
     if gm.ndim != 5 or gm.shape[:2] != call.meta("x").shape[:2]:
-        _fail(op, f"input 'out_grad' has shape {list(gm.shape)}; expected [N, C] = "
+        fail(op, f"input 'out_grad' has shape {list(gm.shape)}; expected [N, C] = "
                   f"{list(call.meta('x').shape[:2])} followed by 3 spatial dims")
     a = call.attrs
     ks = _int_list(op, "ksize", a["ksize"], (3,), 1)
@@ -237,7 +233,7 @@ def _unpool_views(call, outs):
         want = [(n - 1) * s - 2 * p + k for n, s, p, k in zip(spatial, st, pads, ks)]
         what = f"the unpool of 'x' {spatial} with ksize {ks}, strides {st}, paddings {pads}"
     if list(gm.shape[2:]) != want:
-        _fail(op, f"input 'out_grad' has spatial size {list(gm.shape[2:])}, but {what} gives "
+        fail(op, f"input 'out_grad' has spatial size {list(gm.shape[2:])}, but {what} gives "
                   f"{want}")
     Q = math.prod(gm.shape[2:])
     _check_range(call, "indices", Q, f"the output plane has {Q} elements")

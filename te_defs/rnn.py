@@ -33,8 +33,6 @@ from __future__ import annotations
 import numpy as np
 
 from tvmgrad.families import tensor_op
-# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
-from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
 
 __all__ = ["cudnn_lstm_grad"]
 

@@ -38,9 +38,12 @@ import numpy as np
 
 from tvmgrad.dtypes import to_compute
 
-from .interp import (Host, acc_dtype, cast, const, extern, f64, fail, host_array, i64, info,
-                     proxy, sample_op, select, store_cast)
 from tvmgrad.lazy import te, tirx
+
+from ._extern import acc_dtype, cast_to, extern, i64, proxy
+from ._math import cast, const, f64, where
+from ._plan import fail, host_array
+from .interp import Host, info, sample_op
 
 MAX_SAMPLES = 1 << 24      # samples per bin beyond which roi_align refuses (it would run ~forever)
 
@@ -167,7 +170,7 @@ def _starts(boxes_num, N):
     if boxes_num is None:
         return None
     b = te.reduce_axis((i64(0), N), name="b")
-    return te.compute((N,), lambda n: te.sum(select(b.var < n, i64(boxes_num[b]), i64(0)),
+    return te.compute((N,), lambda n: te.sum(where(b.var < n, i64(boxes_num[b]), i64(0)),
                                             axis=b), name="roi_start")
 
 
@@ -273,12 +276,12 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
                                         xl = i64(x)
                                         ytop = yl >= i64(Hs) - 1
                                         xtop = xl >= i64(Ws) - 1
-                                        ylow = select(ytop, i64(Hs) - 1, yl)
-                                        xlow = select(xtop, i64(Ws) - 1, xl)
-                                        yhigh = select(ytop, i64(Hs) - 1, yl + 1)
-                                        xhigh = select(xtop, i64(Ws) - 1, xl + 1)
-                                        yy = select(ytop, cast(ylow, T_), y)
-                                        xx = select(xtop, cast(xlow, T_), x)
+                                        ylow = where(ytop, i64(Hs) - 1, yl)
+                                        xlow = where(xtop, i64(Ws) - 1, xl)
+                                        yhigh = where(ytop, i64(Hs) - 1, yl + 1)
+                                        xhigh = where(xtop, i64(Ws) - 1, xl + 1)
+                                        yy = where(ytop, cast(ylow, T_), y)
+                                        xx = where(xtop, cast(xlow, T_), x)
                                         ly = yy - cast(ylow, T_)
                                         lx = xx - cast(xlow, T_)
                                         hy = one - ly
@@ -289,8 +292,8 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
 
         body.block("scatter", blk, par=[outs[0].shape[0], C], reads=list(ins), writes=list(outs))
 
-    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen)
-    return store_cast(acc, dt, "x_grad")
+    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen, lanes=False)
+    return cast_to(acc, dt, "x_grad")
 
 
 @sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
@@ -331,8 +334,8 @@ def roi_pool_grad(x, boxes, boxes_num, arg_max, out_grad, pooled_height, pooled_
 
         body.block("scatter", blk, par=[N, C], reads=list(ins), writes=list(outs))
 
-    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen)
-    return store_cast(acc, dt, "x_grad")
+    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen, lanes=False)
+    return cast_to(acc, dt, "x_grad")
 
 
 def _round_half_away(v):
@@ -340,8 +343,8 @@ def _round_half_away(v):
     dt_ = str(v.ty)
     t = tirx.trunc(v)
     frac = v - t
-    return t + select(frac >= const(0.5, dt_), const(1.0, dt_),
-                      select(frac <= const(-0.5, dt_), const(-1.0, dt_), const(0.0, dt_)))
+    return t + where(frac >= const(0.5, dt_), const(1.0, dt_),
+                      where(frac <= const(-0.5, dt_), const(-1.0, dt_), const(0.0, dt_)))
 
 
 @sample_op(host=_psroi_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
@@ -412,5 +415,5 @@ def psroi_pool_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, 
 
         body.block("scatter", blk, par=[N, C], reads=list(ins), writes=list(outs))
 
-    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen)
-    return store_cast(acc, dt, "x_grad")
+    (acc,) = extern("x_grad_acc", [([N, C, H, W], adt)], tables, gen, lanes=False)
+    return cast_to(acc, dt, "x_grad")

@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 
 from tvmgrad.families.base import OpError
+from tvmgrad.families.shape import dt_of
+from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import tirx
 
-from .indexing import (tc, axis3, blocked_scan, check_range, dtype_of, host, i64, index_op, norm_axis,
-                       scan_host, scatter_along)
+from ._extern import i64, tc
+from ._plan import check_range, host, split_axis
+from .indexing import blocked_scan, index_op, scan_host, scatter_along
 
 PATTERN = "annotated_loops"
 
@@ -35,8 +38,8 @@ def _scan_view(names, axis_attr="axis"):
         if flat or x.ndim == 0:
             shape = (1, math.prod(x.shape))
         else:
-            axis = norm_axis(op, int(call.attrs[axis_attr]), x.ndim, axis_attr)
-            outer, n, inner = axis3(x.shape, axis)
+            axis = norm_axis(int(call.attrs[axis_attr]), x.ndim, axis_attr, op=op, zero_d_axis=True)
+            outer, n, inner = split_axis(x.shape, axis)
             shape = (outer, n, inner) if inner != 1 else (outer, n)
         return {n: shape for n in tuple(names) + ("x", "x_grad")}, ()
     return view
@@ -71,7 +74,7 @@ def logaddexp(a, b):
 def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse):
     """x_grad = cumsum(out_grad) in the opposite direction (same exclusive; flatten: over the
     flattened tensor, reshaped back)."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     cols, at = _cols(out_grad)
     zero = tirx.const(0, dt.compute)
 
@@ -98,7 +101,7 @@ def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
     formula, stable for any magnitude):  x_grad = exp(x + S(log g⁺ − out)) − exp(x + S(log g⁻ −
     out)), S = logcumsumexp in the opposite direction (same exclusive; its empty sum is the
     lowest finite value, as Paddle's), log 0 = −inf."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     cd = dt.compute
     cols, at = _cols(out_grad)
     low = _lowest(cd)
@@ -135,7 +138,7 @@ def cumprod_grad(x, out, out_grad, dim):
     out_grad[p] · Π_{j<m<=p} x[m] — Paddle's product formula, exact with zeros in x (no division).
     R is the reverse affine recurrence R[j] = out_grad[j] + x[j+1]·R[j+1], scanned in parallel
     as compositions of maps v -> a·v + b."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     cd = dt.compute
     cols, at = _cols(out_grad)
     n = out_grad.shape[1]
@@ -173,15 +176,15 @@ def _cum_maxmin_view(call, metas, outs):
         shape = (1, 1)
         m = 1
     else:
-        axis = norm_axis(op, int(call.attrs["axis"]), x.ndim)
-        outer, m, inner = axis3(x.shape, axis)
+        axis = norm_axis(int(call.attrs["axis"]), x.ndim, op=op, zero_d_axis=True)
+        outer, m, inner = split_axis(x.shape, axis)
         shape = (outer, m, inner) if inner != 1 else (outer, m)
     check_range(op, "indices", host(call, "indices"), 0, m, f"for an axis of size {m} ")
     return {n: shape for n in ("x", "indices", "out_grad", "x_grad")}, ()
 
 
 def _cum_maxmin(x, indices, out_grad):
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
                          [out_grad, indices])
 

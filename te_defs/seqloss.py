@@ -23,9 +23,6 @@ from __future__ import annotations
 
 from tvmgrad.families import tensor_op
 from tvmgrad.infer_meta import MetaError
-# infer_meta._load_all() stops at the first registration it sees: register ours explicitly.
-from tvmgrad.infer_meta import attention as _im_attention  # noqa: F401
-from tvmgrad.infer_meta import elementwise as _im_elementwise  # noqa: F401
 
 
 def _shape(call, name):

@@ -41,10 +41,8 @@ import numpy as np
 from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families.base import Arg, Plan
 from tvmgrad.families.shape import AliasOp, alias_op, dt_of, load, pair, shape_op, total, zero
-from tvmgrad.infer_meta import MetaError
-from tvmgrad.infer_meta import shape as _im_shape  # noqa: F401  (see linear.py)
-from tvmgrad.infer_meta.shape import (check_pad3d, norm_axes, norm_axis, pad3d_out_shape,
-                                      squeeze_shape, unsqueeze_shape)
+from tvmgrad.infer_meta import MetaError, norm_axes, norm_axis
+from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape
 from tvmgrad.lazy import te, tirx
 
 
@@ -309,13 +307,13 @@ def _flip_views(shape, axes):
 def _flip_plan(name_in, name_out, unique):
     def views(call, outs):
         x = call.meta(name_in)
-        axes = set(_run(call, norm_axes, call.attrs["axis"], x.ndim, "axis", unique))
+        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, op=call.op))
         view, _ = _flip_views(x.shape, axes)
         return {name_in: view, name_out: view}
 
     def canon(call, outs):
         x = call.meta(name_in)
-        axes = set(_run(call, norm_axes, call.attrs["axis"], x.ndim, "axis", unique))
+        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, op=call.op))
         return {"axis": _flip_views(x.shape, axes)[1]}
     return views, canon
 
@@ -365,7 +363,7 @@ def _roll_parts(call):
                          f"the same length")
     total_shift = [0] * g.ndim
     for s, a in zip(shifts, axis):
-        d = _run(call, norm_axis, int(a), g.ndim)
+        d = norm_axis(int(a), g.ndim, op=call.op)
         total_shift[d] += s
     rolled = [t % g.shape[d] != 0 if g.shape[d] else False for d, t in enumerate(total_shift)]
     view, flags, values = [], [], []
@@ -649,8 +647,8 @@ def _diagonal_parts(call):
     x = call.meta("x")
     if x.ndim < 2:
         raise ValueError(f"{call.op}: x has rank {x.ndim}; diagonal needs rank >= 2")
-    a1 = _run(call, norm_axis, int(call.attrs["axis1"]), x.ndim, "axis1")
-    a2 = _run(call, norm_axis, int(call.attrs["axis2"]), x.ndim, "axis2")
+    a1 = norm_axis(int(call.attrs["axis1"]), x.ndim, "axis1", op=call.op)
+    a2 = norm_axis(int(call.attrs["axis2"]), x.ndim, "axis2", op=call.op)
     if a1 == a2:
         raise ValueError(f"{call.op}: attributes 'axis1' and 'axis2' name the same dim {a1}")
     return x, a1, a2
@@ -942,7 +940,7 @@ def _unfold_t_parts(call):
     size, step = int(a["size"]), int(a["step"])
     if x.ndim == 0:
         raise ValueError(f"{call.op}: input is 0-D; tensor_unfold needs a tensor of rank >= 1")
-    axis = _run(call, norm_axis, int(a["axis"]), x.ndim)
+    axis = norm_axis(int(a["axis"]), x.ndim, op=call.op)
     n = x.shape[axis]
     if step <= 0:
         raise ValueError(f"{call.op}: attribute 'step' = {step} must be positive")

@@ -32,8 +32,12 @@ import math
 
 from tvmgrad.dtypes import to_compute
 
-from .interp import Host, acc_dtype, cast, const, fail, i64, info, sample_op, select, store_cast
 from tvmgrad.lazy import te, tirx
+
+from ._extern import acc_dtype, cast_to, i64
+from ._math import cast, const, where
+from ._plan import fail
+from .interp import Host, info, sample_op
 
 
 # ------------------------------------------------------------------------------------------
@@ -129,7 +133,7 @@ def correlation_grad(input1, input2, out_grad, pad_size, kernel_size, max_displa
         inb = tirx.all(y >= 0, y < H, x >= 0, x < W)
         yc = tirx.min(tirx.max(y, i64(0)), H - 1)
         xc = tirx.min(tirx.max(x, i64(0)), W - 1)
-        return select(inb, cast(to_compute(t[n, c, yc, xc], dt), adt), const(0.0, adt))
+        return where(inb, cast(to_compute(t[n, c, yc, xc], dt), adt), const(0.0, adt))
 
     def window_sum(n, t, Y, X, a, b):
         """out_grad[n, t, j, i] for the a-th/b-th window containing padded (Y, X), or 0."""
@@ -140,7 +144,7 @@ def correlation_grad(input1, input2, out_grad, pad_size, kernel_size, max_displa
                       i * s1 + md - k <= X, X <= i * s1 + md + k)
         jc = tirx.min(tirx.max(j, i64(0)), OH - 1)
         ic = tirx.min(tirx.max(i, i64(0)), OW - 1)
-        return select(ok, cast(to_compute(out_grad[n, t, jc, ic], dt), adt), const(0.0, adt))
+        return where(ok, cast(to_compute(out_grad[n, t, jc, ic], dt), adt), const(0.0, adt))
 
     def grad(which):
         t = te.reduce_axis((i64(0), OC), name="t")
@@ -161,6 +165,6 @@ def correlation_grad(input1, input2, out_grad, pad_size, kernel_size, max_displa
 
         acc = te.compute((N, C, H, W), f, name=f"g{which}_acc")
         scaled = te.compute((N, C, H, W), lambda *i: acc(*i) / norm, name=f"g{which}_s")
-        return store_cast(scaled, dt, f"input{which}_grad")
+        return cast_to(scaled, dt, f"input{which}_grad")
 
     return grad(1), grad(2)

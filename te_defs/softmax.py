@@ -10,11 +10,14 @@ size 1) or ``(pre, n, post)``, so one kernel serves every rank and axis; reducti
 from __future__ import annotations
 
 import numpy as np
-from tvmgrad.infer_meta import same_shape
+
+from tvmgrad.dtypes import FLOATS
+from tvmgrad.infer_meta import norm_axis, same_shape
 from tvmgrad.lazy import te, tirx
 
-from ._math import const, where
-from .norm import FLOAT_LIKE, axis_view, canonical, cdtype, ld, store, view_op
+from ._math import const, float_attr, where
+from ._reduction import axis_view, cdtype, ld, store
+from .norm import view_op
 
 INDEX = ("int32", "int64")
 
@@ -30,7 +33,7 @@ def _axis_views(names, axis_attr="axis", ref=None):
             if m is not None and not same_shape(m.shape, shape):
                 raise ValueError(f"{call.op}: input {n!r} has shape {list(m.shape)}, expected "
                                  f"{ref_name}'s {list(shape)}")
-        ax = canonical(call.op, call.attrs[axis_attr], len(shape))
+        ax = norm_axis(call.attrs[axis_attr], len(shape), op=call.op, zero_d_axis=True)
         v, sizes = axis_view(shape, ax)
         return {n: v for n in names}, sizes
     return views
@@ -81,7 +84,7 @@ def gumbel_softmax_grad(out, out_grad, axis):
 
 def _ce_views(call, outs):
     shape = call.meta("softmax").shape
-    ax = canonical(call.op, call.attrs["axis"], len(shape))
+    ax = norm_axis(call.attrs["axis"], len(shape), op=call.op, zero_d_axis=True)
     v, sizes = axis_view(shape, ax)
     ones = (v[0], 1) if len(v) == 2 else (v[0], 1, v[2])
     lab = v if call.attrs["soft_label"] else ones
@@ -93,7 +96,7 @@ def _ce_check(call, outs):
         return
     label = np.asarray(call.tensors["label"])
     shape = call.meta("softmax").shape
-    n = shape[canonical(call.op, call.attrs["axis"], len(shape))]
+    n = shape[norm_axis(call.attrs["axis"], len(shape), op=call.op, zero_d_axis=True)]
     _check_labels(call.op, "label", label, n, call.attrs["ignore_index"])
 
 
@@ -111,7 +114,7 @@ def _check_labels(op, name, label, n, ignore_index=None):
 
 
 @view_op(views=_ce_views, check=_ce_check, float_inputs=("softmax", "loss_grad"),
-         index_dtypes=INDEX + FLOAT_LIKE)
+         index_dtypes=INDEX + FLOATS)
 def cross_entropy_with_softmax_grad(label, softmax, loss_grad, soft_label, use_softmax,
                                     numeric_stable_mode, ignore_index, axis):
     """use_softmax: input_grad = loss_grad · (softmax − y), y the soft label or the one-hot of
@@ -159,17 +162,6 @@ def _mce_check(call, outs):
     _check_labels(call.op, "label", np.asarray(call.tensors["label"]), c)
 
 
-def _f32(v):
-    """A float attribute as Paddle's kernel sees it: a C++ ``float`` (rounded to float32), then
-    widened to the compute dtype. A constant is rounded here: TVM folds
-    cast(float32, FloatImm) without rounding the value it stores."""
-    if str(v.ty) != "float64":
-        return v
-    if isinstance(v, tirx.FloatImm):
-        return tirx.const(float(np.float32(v.value)), "float64")
-    return v.astype("float32").astype("float64")
-
-
 def _above(v, eps):
     """Paddle's ``fabs(attr - ...) > 1e-8`` on a float attribute: compared in double."""
     return tirx.abs(v.astype("float64")) > tirx.const(eps, "float64")
@@ -184,7 +176,7 @@ def margin_cross_entropy_grad(logits, label, softmax, loss_grad, return_softmax,
     the factor only when m1 ≠ 1 or m2 ≠ 0). Single process (nranks = 1); margin3 only shifts
     the forward. Float attributes are float32 in Paddle's kernel (also for float64 data)."""
     dt = cdtype(softmax)
-    m1, m2, sc = _f32(margin1), _f32(margin2), _f32(scale)
+    m1, m2, sc = float_attr(margin1), float_attr(margin2), float_attr(scale)
     one = const(1.0, dt)
 
     def body(i, j):

@@ -14,19 +14,13 @@ from __future__ import annotations
 import math
 
 from tvmgrad.families.base import OpError
+from tvmgrad.families.shape import dt_of
+from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import te, tirx
 
-from .indexing import (tc, axis3, build_options, check_range, dtype_of, host, i64, index_op,
-                       scatter_along)
-
-
-def norm_axis(op: str, axis: int, rank: int, what: str = "axis", x: str = "x") -> int:
-    """``axis`` of the input ``x`` (of ``rank``) made non-negative; OpError naming both."""
-    r = max(rank, 1)
-    if not -r <= axis < r:
-        raise OpError(f"{op}: attribute {what!r} is {axis}, out of range for {x!r} of rank "
-                      f"{rank} (expected -{r} <= {what} < {r})")
-    return axis + r if axis < 0 else axis
+from ._extern import i64, tc
+from ._plan import check_range, host, split_axis
+from .indexing import build_options, index_op, scatter_along
 
 
 def _along(op, call, x, idx, g, axis_attr="axis"):
@@ -34,7 +28,7 @@ def _along(op, call, x, idx, g, axis_attr="axis"):
     if x.ndim == 0:
         x_shape, axis = (1,), 0
     else:
-        x_shape, axis = x.shape, norm_axis(op, int(call.attrs[axis_attr]), x.ndim)
+        x_shape, axis = x.shape, norm_axis(int(call.attrs[axis_attr]), x.ndim, of="x", op=op, zero_d_axis=True)
     want = idx.shape
     if idx.ndim != x.ndim or any(a != b for d, (a, b) in enumerate(zip(idx.shape, x.shape))
                                  if d != axis):
@@ -44,7 +38,7 @@ def _along(op, call, x, idx, g, axis_attr="axis"):
         raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected indices' {list(want)}")
     n = x_shape[axis]
     check_range(op, "indices", host(call, "indices"), 0, n, f"for axis {axis} of size {n} ")
-    outer, m, inner = axis3(x_shape, axis)
+    outer, m, inner = split_axis(x_shape, axis)
     k = idx.shape[axis] if idx.ndim else 1
     tail = (inner,) if inner != 1 else ()
     return {"x": (outer, m) + tail, "x_grad": (outer, m) + tail,
@@ -52,7 +46,7 @@ def _along(op, call, x, idx, g, axis_attr="axis"):
 
 
 def _assign(x, indices, out_grad):
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
                          [out_grad, indices], assign=True)
 
@@ -76,7 +70,7 @@ def _topk_view(call, metas, outs):
     x, idx = call.meta("x"), call.meta("indices")
     views = _along(call.op, call, x, idx, call.meta("out_grad"))
     k = call.attrs["k"]
-    want = idx.shape[norm_axis(call.op, int(call.attrs["axis"]), x.ndim)] if x.ndim else 1
+    want = idx.shape[norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=call.op, zero_d_axis=True)] if x.ndim else 1
     if k != want:
         raise OpError(f"{call.op}: attribute 'k' = {k}, but 'indices' holds {want} along the axis "
                       f"(k must be the forward's, 1 <= k <= the axis size of 'x')")
@@ -99,7 +93,7 @@ def _select_view(call, metas, outs):
     if x.ndim == 0:
         x_shape, axis = (1,), 0
     else:
-        x_shape, axis = x.shape, norm_axis(op, int(call.attrs["axis"]), x.ndim)
+        x_shape, axis = x.shape, norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=op, zero_d_axis=True)
     kept = x_shape[:axis] + x_shape[axis + 1:]
     keep = x_shape[:axis] + (1,) + x_shape[axis + 1:]
     allowed = {kept, keep} if x.ndim else {(), (1,)}
@@ -113,13 +107,13 @@ def _select_view(call, metas, outs):
         raise OpError(f"{op}: attribute 'k' = {call.attrs['k']} is out of range [1, {n}] (the "
                       f"size of axis {axis} of 'x')")
     check_range(op, "indices", host(call, "indices"), 0, n, f"for axis {axis} of size {n} ")
-    outer, m, inner = axis3(x_shape, axis)
+    outer, m, inner = split_axis(x_shape, axis)
     return {"x": (outer, m, inner), "x_grad": (outer, m, inner), "indices": (outer, inner),
             "out_grad": (outer, inner)}, ()
 
 
 def _select(x, indices, out_grad):
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     zero = tirx.const(0, dt.storage)
     return te.compute(x.shape, lambda o, j, c: tirx.Select(
         i64(indices[o, c]) == j, out_grad[o, c], zero), name="x_grad")
@@ -145,7 +139,7 @@ def mode_grad(x, indices, out_grad, axis, keepdim):
 def _median_axes(op, axis, rank):
     if rank <= 1 or not axis:
         return tuple(range(rank))
-    out = sorted({norm_axis(op, int(a), rank) for a in axis})
+    out = sorted({norm_axis(int(a), rank, of="x", op=op, zero_d_axis=True) for a in axis})
     return tuple(out)
 
 
@@ -198,7 +192,7 @@ def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode):
     two middles for avg, NaN for -1), if ``axis`` names one dim and mode is min, x_grad[m] =
     out_grad; otherwise out_grad is split evenly over the elements equal to v (NaN matching
     NaN), or, when none is (avg of two different middles), halved between the two indices."""
-    dt = dtype_of(out_grad)
+    dt = dt_of(out_grad)
     axes, mode_, evenly = build_options()["variant"]
     rank = len(x.shape)
     kept_ax = [a for a in range(rank) if a not in axes]

@@ -13,7 +13,7 @@ from tvmgrad.lazy import tirx
 from tvmgrad.families import pointwise
 
 from ._math import const, dtype_of, where
-from ._special import _Seq, digamma, i0e, i1, i1e, polygamma, tgamma
+from ._special import Seq, digamma, i0e, i1, i1e, polygamma, tgamma
 
 
 @pointwise
@@ -84,7 +84,7 @@ def _eps(x):
 @pointwise
 def i1_grad(x, out, out_grad):
     """x_grad = out_grad · (I0(x) - out / x)   (out_grad / 2 for |x| ≤ machine epsilon)"""
-    seq = _Seq("i1g")
+    seq = Seq("i1g")
     ax = seq.let(tirx.abs(x))
     d = tirx.exp(ax) * i0e(x) - out / x
     return seq.done(where(ax <= _eps(x), 0.5 * out_grad, d * out_grad))

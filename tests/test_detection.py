@@ -19,7 +19,7 @@ import pytest
 
 import tvmgrad
 from harness import c_ops, cast, check
-from tvmgrad.examples.attention import YOLO_ATTRS, _sig, yolo_forward, yolo_inputs
+from tvmgrad.examples.attention import YOLO_ATTRS, sigmoid, yolo_forward, yolo_inputs
 
 OP = "yolo_loss_grad"
 
@@ -141,7 +141,7 @@ def _numpy_grad(inp, attrs):
     C, M = attrs["class_num"], len(attrs["anchor_mask"])
     xr = x.reshape(N, M, 5 + C, H, W)
     g = np.zeros_like(xr)
-    s = _sig(xr)
+    s = sigmoid(xr)
     o = obj
     g[:, :, 4] = np.where(o > 1e-5, (s[:, :, 4] - 1) * o, np.where(o > -0.5, s[:, :, 4], 0.0))
     neg = min(1 / C, 1 / 40) if attrs["use_label_smooth"] else 0.0

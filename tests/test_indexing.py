@@ -140,7 +140,7 @@ def test_gather_like_bad_input(op):
     inputs["index"] = np.array([1, 2])
     with pytest.raises(ValueError, match=rf"{op}: out_grad has shape \[4, 2\], expected \[2, 6\]"):
         run(op, inputs, {"axis": 0})
-    with pytest.raises(ValueError, match=rf"{op}: attribute 'axis' is 2, out of range"):
+    with pytest.raises(ValueError, match=rf"{op}: attribute 'axis' = 2 is out of range"):
         run(op, inputs, {"axis": 2})
     inputs["index"] = np.array([1.0, 2.0])
     with pytest.raises(TypeError, match=rf"{op}: input 'index' has dtype float64"):

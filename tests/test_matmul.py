@@ -244,10 +244,10 @@ def test_multi_dot_grad_dtypes(dtype):
 
 
 def test_multi_dot_order():
-    from tvmgrad.te_defs.matmul import _chain_order
+    from tvmgrad.te_defs.matmul import chain_order
     # A1·A2 (180), then ·A3 (240), then A0· (800): 1220 multiply-adds, left to right 3000
-    assert _chain_order([10, 2, 30, 3, 40]) == (0, ((1, 2), 3))
-    assert _chain_order([3, 4, 5, 2]) == (0, (1, 2))                 # 4·5·2 + 3·4·2 < 3·4·5 + 3·5·2
+    assert chain_order([10, 2, 30, 3, 40]) == (0, ((1, 2), 3))
+    assert chain_order([3, 4, 5, 2]) == (0, (1, 2))                 # 4·5·2 + 3·4·2 < 3·4·5 + 3·5·2
 
 
 def test_multi_dot_grad_errors():

@@ -263,10 +263,10 @@ def test_margin_cross_entropy_grad_attribute_constants_keep_float32_rounding():
     """TVM folds cast(float32, FloatImm) without rounding the value; a baked-in attribute is
     rounded on the host instead."""
     from tvmgrad.lazy import tirx
-    from tvmgrad.te_defs.softmax import _f32
-    v = _f32(tirx.const(0.3, "float64"))
+    from tvmgrad.te_defs._math import float_attr
+    v = float_attr(tirx.const(0.3, "float64"))
     assert float(v.value) == float(np.float32(0.3)) != 0.3
-    assert str(_f32(tirx.Var("m", "float64")).ty) == "float64"
+    assert str(float_attr(tirx.Var("m", "float64")).ty) == "float64"
 
 
 def test_margin_cross_entropy_grad_is_the_derivative():

@@ -106,7 +106,7 @@ def variant_calls(op: str) -> list[tuple[dict, dict]]:
 def _broadcast_patterns(entry, impl, example):
     """Every way the broadcasting inputs of a pointwise op can broadcast over 2 dims."""
     inputs, attrs = example
-    free = [n for n in impl._broadcasting_inputs(entry.spec) if inputs.get(n) is not None]
+    free = [n for n in impl.broadcasting_inputs(entry.spec) if inputs.get(n) is not None]
     if len(free) < 2:
         return []
     full = (3, 5)

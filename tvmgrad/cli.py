@@ -1,7 +1,7 @@
 """The ``tvmgrad`` command line.
 
-Commands: ``list`` (coverage), ``info OP``, ``check`` (self-check; ``--build`` builds and runs every
-op), ``build`` (ahead-of-time libraries), ``tune`` (meta_schedule), ``bench`` (against Paddle and
+Commands: ``list`` (coverage), ``info OP``, ``check`` (self-check of the registry and of the side
+tables that name ops; ``--build`` builds and runs every op), ``build`` (ahead-of-time libraries), ``tune`` (meta_schedule), ``bench`` (against Paddle and
 PyTorch), ``cache`` (info, clear, prune). Results go to stdout (``--json``: one JSON document),
 logs and progress to stderr; progress bars only on a terminal. Exit status: 0 ok, 1 problems found
 (``check``), 2 bad usage or a failed build.
@@ -156,12 +156,15 @@ def _records(db, target_key, dtype):
 
 def _cmd_check(args) -> int:
     from . import registry
+    from .check import build_and_run_all, facet_problems
     from .logs import show_progress
     problems = registry.check()
-    record = {"self_check": problems}
-    lines = problems + [f"self-check: {len(problems)} problem(s)"]
+    facets = facet_problems()
+    record = {"self_check": problems, "facets": facets}
+    lines = problems + facets + [f"self-check: {len(problems)} problem(s), side tables: "
+                                 f"{len(facets)} problem(s)"]
+    problems = problems + facets
     if args.build:
-        from .check import build_and_run_all
         found, summary = build_and_run_all(args.target, dtypes=args.dtype.split(","), jobs=args.jobs,
                                            progress=show_progress())
         record.update(build=found, summary=summary)
@@ -321,7 +324,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_info)
 
     p = sub.add_parser("check", parents=[common, as_json],
-                       help="self-check (builders vs backward.yaml, InferMeta coverage); with --build, "
+                       help="self-check (builders vs backward.yaml, InferMeta coverage, the tables that "
+                            "name ops: examples, bench references, Relax rules); with --build, "
                             "build and run every implemented op")
     p.add_argument("--build", action="store_true",
                    help="build every implemented op for each dtype (cached) and run it on its example")

@@ -47,7 +47,7 @@ def make_inputs(op: str, n: int, dtype: str, broadcast: bool, seed: int = 0):
 def _second_broadcast_input(op):
     entry = registry.get(op)
     impl = entry.implementation
-    free = impl._broadcasting_inputs(entry.spec) if hasattr(impl, "_broadcasting_inputs") else set()
+    free = impl.broadcasting_inputs(entry.spec) if hasattr(impl, "broadcasting_inputs") else set()
     names = [p.name for p in entry.spec.tensor_args if p.name in free]
     return names[1] if len(names) > 1 else None
 

@@ -15,15 +15,27 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-__all__ = ["torch_refs", "paddle_refs", "input_makers", "flop_counts"]
+import numpy as np
+
+__all__ = ["tables", "torch_refs", "paddle_refs", "input_makers", "flop_counts", "aten", "uniform"]
 
 
-def _collect(attr: str) -> dict:
+def tables(attr: str) -> dict[str, dict]:
+    """Module name -> its table ``attr`` (TORCH, PADDLE, INPUTS or FLOPS), for the modules that
+    define one (``tvmgrad check`` names the module of a bad key)."""
     found = {}
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        found.update(getattr(module, attr, {}))
+        if hasattr(module, attr):
+            found[module.__name__] = getattr(module, attr)
     return found
+
+
+def _collect(attr: str) -> dict:
+    merged = {}
+    for table in tables(attr).values():
+        merged.update(table)
+    return merged
 
 
 def torch_refs() -> dict:
@@ -40,3 +52,17 @@ def input_makers() -> dict:
 
 def flop_counts() -> dict:
     return _collect("FLOPS")
+
+
+# -- shared by the reference modules ----------------------------------------------------------
+
+def aten():
+    """``torch.ops.aten`` (torch is imported when a reference is made, never to list them)."""
+    import torch
+    return torch.ops.aten
+
+
+def uniform(shape, dtype: str, seed: int = 0, scale: float = 1.0):
+    """Benchmark data: uniform in (-scale, scale), of tvmgrad dtype ``dtype`` (bfloat16 too)."""
+    from ..examples import np_dtype
+    return (np.random.default_rng(seed).uniform(-1, 1, size=shape) * scale).astype(np_dtype(dtype))

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _floats(shape, dtype, seed=0, scale=1.0):
-    import ml_dtypes
-    npd = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
-    return (np.random.default_rng(seed).uniform(-1, 1, size=shape) * scale).astype(npd)
+from . import uniform
 
 
 # ------------------------------------------------------------------------------------------
@@ -33,9 +29,9 @@ def flash_flops(B, S, H, D, **_):
 
 def _flash_inputs(size, dtype):
     B, S, H, Hk, D = (FLASH_SHAPE[k] for k in ("B", "S", "H", "Hk", "D"))
-    q, k, v = (_floats(s, dtype, i, 0.5) for i, s in
+    q, k, v = (uniform(s, dtype, i, 0.5) for i, s in
                enumerate([(B, S, H, D), (B, S, Hk, D), (B, S, Hk, D)]))
-    do = _floats((B, S, H, D), dtype, 3)
+    do = uniform((B, S, H, D), dtype, 3)
     # the forward's out and float32 softmax_lse, computed per head in float32
     qf, kf, vf = (np.asarray(a, np.float32) for a in (q, k, v))
     G = H // Hk
@@ -73,8 +69,8 @@ def _flash_torch(t, a):
 def _warpctc_inputs(size, dtype):
     T, B, C = 256, 32, 1024                       # ~8M logits: an ASR batch over a 1k vocabulary
     lengths = np.random.default_rng(5).integers(T // 2, T + 1, B).astype(np.int64)
-    return ({"logits": _floats((T, B, C), dtype), "logits_length": lengths,
-             "warpctcgrad": _floats((T, B, C), dtype, 1), "loss_grad": _floats((B, 1), dtype, 2)},
+    return ({"logits": uniform((T, B, C), dtype), "logits_length": lengths,
+             "warpctcgrad": uniform((T, B, C), dtype, 1), "loss_grad": uniform((B, 1), dtype, 2)},
             {"blank": 0, "norm_by_times": True})
 
 
@@ -87,9 +83,9 @@ def _warpctc_torch(t, a):
 
 def _warprnnt_inputs(size, dtype):
     B, T, U, C = 8, 128, 32, 512
-    return ({"input": _floats((B, T, U, C), dtype),
+    return ({"input": uniform((B, T, U, C), dtype),
              "input_lengths": np.full(B, T, np.int32),
-             "warprnntgrad": _floats((B, T, U, C), dtype, 1), "loss_grad": _floats((B,), dtype, 2)},
+             "warprnntgrad": uniform((B, T, U, C), dtype, 1), "loss_grad": uniform((B,), dtype, 2)},
             {"blank": 0, "fastemit_lambda": 0.0})
 
 

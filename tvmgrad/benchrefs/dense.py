@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _aten():
-    import torch
-    return torch.ops.aten
+from . import aten, uniform
 
 
 def _conv_backward(t, a, transposed=False):
@@ -21,7 +18,7 @@ def _conv_backward(t, a, transposed=False):
             raise ValueError("torch has no asymmetric paddings")
         pads = pads[0::2]
     x, w, g = t["input"], t["filter"], t["out_grad"]
-    return lambda: _aten().convolution_backward(
+    return lambda: aten().convolution_backward(
         g, x, w, None, list(a["strides"]), pads, list(a["dilations"]), transposed,
         [0] * S, a["groups"], [True, True, False])
 
@@ -43,7 +40,6 @@ def _bmm(t, a):
 
 
 def _addmm(t, a):
-    import torch
     x, y, g = t["x"], t["y"], t["out_grad"]
     alpha, beta = a["alpha"], a["beta"]
     return lambda: (beta * g.sum(0), alpha * (g @ y.T), alpha * (x.T @ g))
@@ -52,7 +48,7 @@ def _addmm(t, a):
 def _max_pool2d_index(t, a):
     import torch
     x, g, mask = t["x"], t["out_grad"], t["mask"].to(torch.int64)
-    return lambda: _aten().max_pool2d_with_indices_backward(
+    return lambda: aten().max_pool2d_with_indices_backward(
         g, x, list(a["kernel_size"]), list(a["strides"]), list(a["paddings"]), [1, 1], False, mask)
 
 
@@ -88,65 +84,71 @@ PADDLE = {"max_pool2d_with_index_grad": _paddle_max_pool2d_index}
 # ------------------------------------------------------------------------------------------
 # inputs
 
-def _floats(shape, dtype, seed=0):
-    import ml_dtypes
-    npd = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
-    return np.random.default_rng(seed).uniform(-1, 1, size=shape).astype(npd)
-
 
 def _conv2d_inputs(size, dtype):
     x, w = (8, 64, 56, 56), (64, 64, 3, 3)
-    return ({"input": _floats(x, dtype), "filter": _floats(w, dtype, 1),
-             "out_grad": _floats(x, dtype, 2)},
+    return ({"input": uniform(x, dtype), "filter": uniform(w, dtype, 1),
+             "out_grad": uniform(x, dtype, 2)},
             {"strides": [1, 1], "paddings": [1, 1], "padding_algorithm": "EXPLICIT",
              "dilations": [1, 1], "groups": 1, "data_format": "NCHW"})
 
 
 def _depthwise_inputs(size, dtype):
     x, w = (8, 128, 56, 56), (128, 1, 3, 3)
-    return ({"input": _floats(x, dtype), "filter": _floats(w, dtype, 1),
-             "out_grad": _floats(x, dtype, 2)},
+    return ({"input": uniform(x, dtype), "filter": uniform(w, dtype, 1),
+             "out_grad": uniform(x, dtype, 2)},
             {"strides": [1, 1], "paddings": [1, 1], "padding_algorithm": "EXPLICIT",
              "dilations": [1, 1], "groups": 128, "data_format": "NCHW"})
 
 
+def _conv3d_inputs(size, dtype):
+    """A video model's 3 x 3 x 3 convolution: 2 clips of 16 frames, 64 -> 64 channels at 56 x 56."""
+    x, w = (2, 64, 16, 56, 56), (64, 64, 3, 3, 3)
+    return ({"input": uniform(x, dtype), "filter": uniform(w, dtype, 1),
+             "out_grad": uniform(x, dtype, 2)},
+            {"strides": [1, 1, 1], "paddings": [1, 1, 1], "padding_algorithm": "EXPLICIT",
+             "dilations": [1, 1, 1], "groups": 1, "data_format": "NCDHW"})
+
+
 def _bmm_inputs(size, dtype):
     s = (8, 512, 512)
-    return {"x": _floats(s, dtype), "y": _floats(s, dtype, 1), "out_grad": _floats(s, dtype, 2)}, {}
+    return {"x": uniform(s, dtype), "y": uniform(s, dtype, 1), "out_grad": uniform(s, dtype, 2)}, {}
 
 
 def _addmm_inputs(size, dtype):
-    return ({"input": _floats((1024,), dtype), "x": _floats((1024, 1024), dtype, 1),
-             "y": _floats((1024, 1024), dtype, 2), "out_grad": _floats((1024, 1024), dtype, 3)},
+    return ({"input": uniform((1024,), dtype), "x": uniform((1024, 1024), dtype, 1),
+             "y": uniform((1024, 1024), dtype, 2), "out_grad": uniform((1024, 1024), dtype, 3)},
             {"alpha": 1.0, "beta": 1.0})
 
 
 def _max_pool_inputs(size, dtype):
-    x = _floats((8, 64, 112, 112), dtype)
+    x = uniform((8, 64, 112, 112), dtype)
     rng = np.random.default_rng(4)
     # the argmax of each 3x3 / stride-2 / pad-1 window (a random position inside it)
     oh = np.arange(56)
     h = np.clip(oh[:, None] * 2 - 1 + rng.integers(0, 3, size=(56, 56)), 0, 111)
     w = np.clip(oh[None, :] * 2 - 1 + rng.integers(0, 3, size=(56, 56)), 0, 111)
     mask = np.broadcast_to((h * 112 + w).astype(np.int32), (8, 64, 56, 56)).copy()
-    return ({"x": x, "mask": mask, "out_grad": _floats((8, 64, 56, 56), dtype, 1)},
+    return ({"x": x, "mask": mask, "out_grad": uniform((8, 64, 56, 56), dtype, 1)},
             {"kernel_size": [3, 3], "strides": [2, 2], "paddings": [1, 1]})
 
 
 INPUTS = {
     "conv2d_grad": _conv2d_inputs,
     "depthwise_conv2d_grad": _depthwise_inputs,
+    "conv3d_grad": _conv3d_inputs,
     "bmm_grad": _bmm_inputs,
     "addmm_grad": _addmm_inputs,
     "max_pool2d_with_index_grad": _max_pool_inputs,
 }
 
 
-def _conv2d_flops(inputs, attrs):
-    """input and filter grads: 2 x the forward's 2·N·Cout·Ho·Wo·(Cin/groups)·Kh·Kw (stride 1)."""
-    n, c, h, w = inputs["out_grad"].shape
-    cout, cin_g, kh, kw = inputs["filter"].shape
-    return 2 * 2.0 * n * cout * h * w * cin_g * kh * kw
+def _conv_flops(inputs, attrs):
+    """input and filter grads: 2 x the forward's 2·N·Cout·(output positions)·(Cin/groups)·(kernel
+    positions), channels first."""
+    n, _, *out = inputs["out_grad"].shape
+    cout, cin_g, *kernel = inputs["filter"].shape
+    return 2 * 2.0 * n * cout * np.prod(out) * cin_g * np.prod(kernel)
 
 
 def _bmm_flops(inputs, attrs):
@@ -156,4 +158,5 @@ def _bmm_flops(inputs, attrs):
     return 2 * 2.0 * b * m * n * k
 
 
-FLOPS = {"conv2d_grad": _conv2d_flops, "depthwise_conv2d_grad": _conv2d_flops, "bmm_grad": _bmm_flops}
+FLOPS = {"conv2d_grad": _conv_flops, "depthwise_conv2d_grad": _conv_flops, "conv3d_grad": _conv_flops,
+         "bmm_grad": _bmm_flops}

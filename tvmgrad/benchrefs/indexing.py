@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _npd(dtype):
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+from ..examples import np_dtype
 
 
 def _torch():
@@ -30,15 +27,15 @@ def _lookup_inputs(size, dtype):
     rng = np.random.default_rng(0)
     n = max(size // TABLE_COLS, 1)
     index = rng.integers(0, HOT_ROWS, n).astype("int64")          # ~n/100 repeats of every row
-    return ({"x": np.zeros((TABLE_ROWS, TABLE_COLS), _npd(dtype)), "index": index,
-             "out_grad": rng.standard_normal((n, TABLE_COLS), dtype=np.float32).astype(_npd(dtype))},
+    return ({"x": np.zeros((TABLE_ROWS, TABLE_COLS), np_dtype(dtype)), "index": index,
+             "out_grad": rng.standard_normal((n, TABLE_COLS), dtype=np.float32).astype(np_dtype(dtype))},
             {"axis": 0})
 
 
 def _long_row(size, dtype):
     rng = np.random.default_rng(0)
-    g = rng.standard_normal(size, dtype=np.float32).astype(_npd(dtype))
-    return {"x": np.zeros(size, _npd(dtype)), "out_grad": g}, \
+    g = rng.standard_normal(size, dtype=np.float32).astype(np_dtype(dtype))
+    return {"x": np.zeros(size, np_dtype(dtype)), "out_grad": g}, \
         {"axis": 0, "flatten": False, "exclusive": False, "reverse": False}
 
 
@@ -47,7 +44,7 @@ def _logcumsumexp_row(size, dtype):
     x = rng.standard_normal(size).astype(np.float64)
     out = np.logaddexp.accumulate(x)
     g = rng.standard_normal(size)
-    return {"x": x.astype(_npd(dtype)), "out": out.astype(_npd(dtype)), "out_grad": g.astype(_npd(dtype))}, \
+    return {"x": x.astype(np_dtype(dtype)), "out": out.astype(np_dtype(dtype)), "out_grad": g.astype(np_dtype(dtype))}, \
         {"axis": 0, "flatten": False, "exclusive": False, "reverse": False}
 
 
@@ -58,9 +55,9 @@ def _rows_of(size, cols=1024):
 def _take_along(size, dtype):
     rows, cols = _rows_of(size)
     rng = np.random.default_rng(0)
-    return ({"arr": np.zeros((rows, cols), _npd(dtype)),
+    return ({"arr": np.zeros((rows, cols), np_dtype(dtype)),
              "indices": rng.integers(0, cols, (rows, cols)).astype("int64"),
-             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(_npd(dtype))},
+             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))},
             {"axis": 1})
 
 
@@ -68,9 +65,20 @@ def _argsort(size, dtype):
     rows, cols = _rows_of(size)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, cols), dtype=np.float32)
-    return ({"indices": np.argsort(x, axis=1).astype("int64"), "x": x.astype(_npd(dtype)),
-             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(_npd(dtype))},
+    return ({"indices": np.argsort(x, axis=1).astype("int64"), "x": x.astype(np_dtype(dtype)),
+             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))},
             {"axis": 1, "descending": False, "stable": True})
+
+
+def _topk(size, dtype):
+    """The top 32 of each row of 1024 (about ``size`` elements of x)."""
+    k = 32
+    rows, cols = _rows_of(size)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    return ({"x": x.astype(np_dtype(dtype)), "indices": np.argsort(-x, axis=1)[:, :k].astype("int64"),
+             "out_grad": rng.standard_normal((rows, k), dtype=np.float32).astype(np_dtype(dtype))},
+            {"k": k, "axis": 1, "largest": True, "sorted": True})
 
 
 INPUTS = {
@@ -80,6 +88,7 @@ INPUTS = {
     "logcumsumexp_grad": _logcumsumexp_row,
     "take_along_axis_grad": _take_along,
     "argsort_grad": _argsort,
+    "topk_grad": _topk,
 }
 
 

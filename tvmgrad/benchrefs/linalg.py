@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..examples import np_dtype
+
 BATCH, N = 64, 64
 FFT_POINTS = 2 ** 20
-
-
-def _npd(dtype):
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
 
 
 def _svd_inputs(size, dtype):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((BATCH, N, N))
     u, s, vh = np.linalg.svd(x, full_matrices=False)
-    d = _npd(dtype)
+    d = np_dtype(dtype)
     g = lambda *shape: rng.standard_normal(shape).astype(d)  # noqa: E731
     return ({"x": x.astype(d), "u": u.astype(d), "vh": vh.astype(d), "s": s.astype(d),
              "u_grad": g(BATCH, N, N), "vh_grad": g(BATCH, N, N), "s_grad": g(BATCH, N)},
@@ -30,7 +27,7 @@ def _cholesky_inputs(size, dtype):
     rng = np.random.default_rng(0)
     b = rng.standard_normal((BATCH, N, N))
     lo = np.linalg.cholesky(b @ np.swapaxes(b, -1, -2) + N * np.eye(N))
-    d = _npd(dtype)
+    d = np_dtype(dtype)
     return {"out": lo.astype(d), "out_grad": rng.standard_normal((BATCH, N, N)).astype(d)}, {"upper": False}
 
 
@@ -88,7 +85,7 @@ def _cast(value, dtype):
     if value.dtype.kind == "c":
         return value.astype("complex128" if dtype == "float64" else "complex64")
     if value.dtype.kind == "f":
-        return value.astype(_npd(dtype))
+        return value.astype(np_dtype(dtype))
     return value
 
 

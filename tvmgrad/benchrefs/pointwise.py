@@ -1,15 +1,12 @@
 """PyTorch references for pointwise grads (aten backward ops, or autograd on the forward)."""
 
-
-def _aten():
-    import torch
-    return torch.ops.aten
+from . import aten
 
 
 def _tanh_double(t, a):
     import torch
     out, go = t["out"].requires_grad_(), t["grad_out"].requires_grad_()
-    return lambda: torch.autograd.grad(_aten().tanh_backward(go, out), [out, go], t["grad_x_grad"])
+    return lambda: torch.autograd.grad(aten().tanh_backward(go, out), [out, go], t["grad_x_grad"])
 
 
 def _atan2(t, a):
@@ -19,11 +16,11 @@ def _atan2(t, a):
 
 
 TORCH = {
-    "relu_grad": lambda t, a: (lambda: _aten().threshold_backward(t["out_grad"], t["out"], 0.0)),
-    "sigmoid_grad": lambda t, a: (lambda: _aten().sigmoid_backward(t["out_grad"], t["out"])),
-    "tanh_grad": lambda t, a: (lambda: _aten().tanh_backward(t["out_grad"], t["out"])),
-    "silu_grad": lambda t, a: (lambda: _aten().silu_backward(t["out_grad"], t["x"])),
-    "gelu_grad": lambda t, a: (lambda: _aten().gelu_backward(
+    "relu_grad": lambda t, a: (lambda: aten().threshold_backward(t["out_grad"], t["out"], 0.0)),
+    "sigmoid_grad": lambda t, a: (lambda: aten().sigmoid_backward(t["out_grad"], t["out"])),
+    "tanh_grad": lambda t, a: (lambda: aten().tanh_backward(t["out_grad"], t["out"])),
+    "silu_grad": lambda t, a: (lambda: aten().silu_backward(t["out_grad"], t["x"])),
+    "gelu_grad": lambda t, a: (lambda: aten().gelu_backward(
         t["out_grad"], t["x"], approximate="tanh" if a.get("approximate") else "none")),
     "tanh_double_grad": _tanh_double,
     "atan2_grad": _atan2,

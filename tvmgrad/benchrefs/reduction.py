@@ -9,15 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _aten():
-    import torch
-    return torch.ops.aten
-
-
-def _npd(dtype):
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+from ..examples import np_dtype
+from . import aten
 
 
 def _rows(size, cols):
@@ -35,10 +28,10 @@ def _layer_norm_inputs(size, dtype):
     rows, cols = _rows(size, 4096)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, cols), dtype=np.float32)
-    return ({"x": x.astype(_npd(dtype)), "scale": rng.standard_normal(cols, dtype=np.float32).astype(_npd(dtype)),
-             "bias": np.zeros(cols, _npd(dtype)), "mean": x.mean(1).astype(_npd(dtype)),
-             "variance": x.var(1).astype(_npd(dtype)),
-             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(_npd(dtype))},
+    return ({"x": x.astype(np_dtype(dtype)), "scale": rng.standard_normal(cols, dtype=np.float32).astype(np_dtype(dtype)),
+             "bias": np.zeros(cols, np_dtype(dtype)), "mean": x.mean(1).astype(np_dtype(dtype)),
+             "variance": x.var(1).astype(np_dtype(dtype)),
+             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))},
             {"epsilon": 1e-5, "begin_norm_axis": 1})
 
 
@@ -47,8 +40,8 @@ def _log_softmax_inputs(size, dtype):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, cols), dtype=np.float32)
     out = np.log(_softmax(x))
-    return ({"out": out.astype(_npd(dtype)),
-             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(_npd(dtype))},
+    return ({"out": out.astype(np_dtype(dtype)),
+             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))},
             {"axis": -1})
 
 
@@ -56,15 +49,15 @@ def _ce_inputs(size, dtype):
     rows, cols = _rows(size, 32000)
     rng = np.random.default_rng(0)
     p = _softmax(rng.standard_normal((rows, cols), dtype=np.float32))
-    return ({"label": rng.integers(0, cols, (rows, 1)).astype("int64"), "softmax": p.astype(_npd(dtype)),
-             "loss_grad": rng.standard_normal((rows, 1), dtype=np.float32).astype(_npd(dtype))},
+    return ({"label": rng.integers(0, cols, (rows, 1)).astype("int64"), "softmax": p.astype(np_dtype(dtype)),
+             "loss_grad": rng.standard_normal((rows, 1), dtype=np.float32).astype(np_dtype(dtype))},
             {"soft_label": False, "use_softmax": True, "numeric_stable_mode": True,
              "ignore_index": -100, "axis": -1})
 
 
 def _gumbel_inputs(size, dtype):
     inputs, attrs = _log_softmax_inputs(size, dtype)
-    return {"out": np.exp(inputs["out"].astype(np.float32)).astype(_npd(dtype)),
+    return {"out": np.exp(inputs["out"].astype(np.float32)).astype(np_dtype(dtype)),
             "out_grad": inputs["out_grad"]}, attrs
 
 
@@ -72,26 +65,26 @@ def _rms_inputs(size, dtype):
     rows, cols = _rows(size, 4096)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, cols), dtype=np.float32)
-    return ({"x": x.astype(_npd(dtype)), "norm_weight": rng.standard_normal(cols, dtype=np.float32).astype(_npd(dtype)),
-             "inv_var": (1 / np.sqrt((x * x).mean(1) + 1e-6)).astype(_npd(dtype)),
-             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(_npd(dtype))},
+    return ({"x": x.astype(np_dtype(dtype)), "norm_weight": rng.standard_normal(cols, dtype=np.float32).astype(np_dtype(dtype)),
+             "inv_var": (1 / np.sqrt((x * x).mean(1) + 1e-6)).astype(np_dtype(dtype)),
+             "out_grad": rng.standard_normal((rows, cols), dtype=np.float32).astype(np_dtype(dtype))},
             {"epsilon": 1e-6, "begin_norm_axis": 1, "quant_scale": -1.0})
 
 
 def _group_norm_inputs(size, dtype):
-    n, c, hw = max(size // (64 * 1024), 1), 64, 1024
+    n, c = max(size // (64 * 1024), 1), 64
     rng = np.random.default_rng(0)
     x = rng.standard_normal((n, c, 32, 32), dtype=np.float32)
     g = x.reshape(n, 8, -1)
-    return ({"x": x.astype(_npd(dtype)), "scale": np.ones(c, _npd(dtype)), "bias": np.zeros(c, _npd(dtype)),
-             "y": x.astype(_npd(dtype)), "mean": g.mean(2).astype(_npd(dtype)),
-             "variance": g.var(2).astype(_npd(dtype)),
-             "y_grad": rng.standard_normal(x.shape, dtype=np.float32).astype(_npd(dtype))},
+    return ({"x": x.astype(np_dtype(dtype)), "scale": np.ones(c, np_dtype(dtype)), "bias": np.zeros(c, np_dtype(dtype)),
+             "y": x.astype(np_dtype(dtype)), "mean": g.mean(2).astype(np_dtype(dtype)),
+             "variance": g.var(2).astype(np_dtype(dtype)),
+             "y_grad": rng.standard_normal(x.shape, dtype=np.float32).astype(np_dtype(dtype))},
             {"epsilon": 1e-5, "groups": 8, "data_format": "NCHW"})
 
 
 def _cast(arrays, dtype):
-    return {k: (v.astype(np.float32).astype(_npd(dtype)) if v.dtype.kind == "f" else v)
+    return {k: (v.astype(np.float32).astype(np_dtype(dtype)) if v.dtype.kind == "f" else v)
             for k, v in arrays.items()}
 
 
@@ -226,16 +219,16 @@ def _torch_layer_norm(t, a):
     cols = x.shape[-1]
     mean = t["mean"].reshape(-1, 1)
     rstd = torch.rsqrt(t["variance"].reshape(-1, 1) + a["epsilon"])
-    return lambda: _aten().native_layer_norm_backward(g, x, [cols], mean, rstd, t["scale"], t["bias"],
+    return lambda: aten().native_layer_norm_backward(g, x, [cols], mean, rstd, t["scale"], t["bias"],
                                                       [True, True, True])
 
 
 def _torch_log_softmax(t, a):
-    return lambda: _aten()._log_softmax_backward_data(t["out_grad"], t["out"], a["axis"], t["out"].dtype)
+    return lambda: aten()._log_softmax_backward_data(t["out_grad"], t["out"], a["axis"], t["out"].dtype)
 
 
 def _torch_gumbel(t, a):
-    return lambda: _aten()._softmax_backward_data(t["out_grad"], t["out"], a["axis"], t["out"].dtype)
+    return lambda: aten()._softmax_backward_data(t["out_grad"], t["out"], a["axis"], t["out"].dtype)
 
 
 def _torch_ce(t, a):
@@ -248,8 +241,8 @@ def _torch_ce(t, a):
     total = torch.tensor(0.0, dtype=logp.dtype)
 
     def run():
-        gl = _aten().nll_loss_backward(g, logp, target, None, 0, -100, total)
-        return _aten()._log_softmax_backward_data(gl, logp, 1, logp.dtype)
+        gl = aten().nll_loss_backward(g, logp, target, None, 0, -100, total)
+        return aten()._log_softmax_backward_data(gl, logp, 1, logp.dtype)
     return run
 
 
@@ -268,7 +261,7 @@ def _torch_group_norm(t, a):
     mean = t["mean"]
     import torch
     rstd = torch.rsqrt(t["variance"] + a["epsilon"])
-    return lambda: _aten().native_group_norm_backward(g, x, mean, rstd, t["scale"], n, c, hw,
+    return lambda: aten().native_group_norm_backward(g, x, mean, rstd, t["scale"], n, c, hw,
                                                       a["groups"], [True, True, True])
 
 

@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _aten():
-    import torch
-    return torch.ops.aten
-
-
-def _npd(dtype):
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+from ..examples import np_dtype
+from . import aten
 
 
 def _rand(rng, shape, dtype, lo=None, hi=None):
     x = (rng.standard_normal(shape, dtype=np.float32) if lo is None
          else rng.uniform(lo, hi, shape).astype(np.float32))
-    return x.astype(_npd(dtype))
+    return x.astype(np_dtype(dtype))
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -36,7 +29,7 @@ def _interp_inputs(C, in_sp, out_sp, method):
         per = C * int(np.prod(out_sp))
         n = max(1, int(round(size / per)))
         rng = np.random.default_rng(0)
-        inputs = {"x": np.zeros((n, C) + tuple(in_sp), _npd(dtype)),
+        inputs = {"x": np.zeros((n, C) + tuple(in_sp), np_dtype(dtype)),
                   "output_grad": _rand(rng, (n, C) + tuple(out_sp), dtype)}
         attrs = dict(zip(names, out_sp), interp_method=method, align_corners=False, align_mode=0)
         return inputs, attrs
@@ -60,6 +53,21 @@ def _affine_inputs(size, dtype):
             {"output_shape": [n, 3, H, W], "align_corners": False})
 
 
+def _roi_align_inputs(size, dtype):
+    """A detector's second stage: 7 x 7 bins of 256 channels on a 56 x 56 feature map (2 images),
+    about ``size`` elements of out_grad, boxes in feature-map units."""
+    C, H, W, P = 256, 56, 56, 7
+    rois = max(2, int(round(size / (C * P * P))))
+    rng = np.random.default_rng(0)
+    x1, y1 = rng.uniform(0, W - 8, rois), rng.uniform(0, H - 8, rois)
+    boxes = np.stack([x1, y1, x1 + rng.uniform(4, 24, rois), y1 + rng.uniform(4, 24, rois)], 1)
+    return ({"x": np.zeros((2, C, H, W), np_dtype(dtype)), "boxes": boxes.astype(np_dtype(dtype)),
+             "boxes_num": np.array([rois // 2, rois - rois // 2], np.int32),
+             "out_grad": _rand(rng, (rois, C, P, P), dtype)},
+            {"pooled_height": P, "pooled_width": P, "spatial_scale": 1.0, "sampling_ratio": 2,
+             "aligned": True})
+
+
 INPUTS = {
     "bilinear_interp_grad": _interp_inputs(64, (112, 112), (224, 224), "bilinear"),
     "nearest_interp_grad": _interp_inputs(64, (112, 112), (224, 224), "nearest"),
@@ -68,6 +76,7 @@ INPUTS = {
     "trilinear_interp_grad": _interp_inputs(16, (16, 28, 28), (32, 56, 56), "trilinear"),
     "grid_sample_grad": _grid_inputs,
     "affine_grid_grad": _affine_inputs,
+    "roi_align_grad": _roi_align_inputs,
 }
 
 
@@ -77,7 +86,7 @@ def _upsample(fn_name, with_align=True):
     def make(t, a):
         g, x = t["output_grad"], t["x"]
         out_size, in_size = list(g.shape[2:]), list(x.shape)
-        fn = getattr(_aten(), fn_name)
+        fn = getattr(aten(), fn_name)
         if with_align:
             return lambda: fn(g, out_size, in_size, bool(a["align_corners"]))
         return lambda: fn(g, out_size, in_size)
@@ -87,13 +96,31 @@ def _upsample(fn_name, with_align=True):
 def _grid_sample(t, a):
     mode = {"bilinear": 0, "nearest": 1}[a["mode"]]
     pad = {"zeros": 0, "border": 1, "reflection": 2}[a["padding_mode"]]
-    return lambda: _aten().grid_sampler_2d_backward(t["out_grad"], t["x"], t["grid"], mode, pad,
+    return lambda: aten().grid_sampler_2d_backward(t["out_grad"], t["x"], t["grid"], mode, pad,
                                                     bool(a["align_corners"]), [True, True])
 
 
 def _affine_grid(t, a):
-    return lambda: _aten().affine_grid_generator_backward(t["output_grad"], list(a["output_shape"]),
+    return lambda: aten().affine_grid_generator_backward(t["output_grad"], list(a["output_shape"]),
                                                           bool(a["align_corners"]))
+
+
+def _roi_align(t, a):
+    """torchvision's roi_align backward (rois as [image, x1, y1, x2, y2] rows); None without
+    torchvision."""
+    import importlib
+    try:
+        importlib.import_module("torchvision.ops")           # registers torch.ops.torchvision
+    except ImportError:
+        return None
+    import torch
+    x, boxes, g = t["x"], t["boxes"], t["out_grad"]
+    image = torch.repeat_interleave(torch.arange(len(t["boxes_num"])), t["boxes_num"].to(torch.int64))
+    rois = torch.cat([image[:, None].to(boxes.dtype), boxes], 1)
+    n, c, h, w = x.shape
+    return lambda: torch.ops.torchvision._roi_align_backward(
+        g, rois, float(a["spatial_scale"]), int(a["pooled_height"]), int(a["pooled_width"]), n, c, h,
+        w, int(a["sampling_ratio"]), bool(a["aligned"]))
 
 
 TORCH = {
@@ -104,6 +131,7 @@ TORCH = {
     "trilinear_interp_grad": _upsample("upsample_trilinear3d_backward"),
     "grid_sample_grad": _grid_sample,
     "affine_grid_grad": _affine_grid,
+    "roi_align_grad": _roi_align,
 }
 
 

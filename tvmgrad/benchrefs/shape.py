@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _npd(dtype):
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+from ..examples import np_dtype
 
 
 def _normal(rng, shape, dtype):
-    return rng.standard_normal(shape, dtype=np.float32).astype(_npd(dtype))
+    return rng.standard_normal(shape, dtype=np.float32).astype(np_dtype(dtype))
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -34,7 +31,7 @@ PAD_CHANNELS, PAD_SIDE, PAD = 8, 16, 1
 def _concat_inputs(size, dtype):
     rng = np.random.default_rng(0)
     rows = max(size // sum(CONCAT_PIECES), 1)
-    x = [np.zeros((rows, n), _npd(dtype)) for n in CONCAT_PIECES]
+    x = [np.zeros((rows, n), np_dtype(dtype)) for n in CONCAT_PIECES]
     return {"x": x, "out_grad": _normal(rng, (rows, sum(CONCAT_PIECES)), dtype)}, {"axis": 1}
 
 
@@ -42,7 +39,7 @@ def _pad3d_inputs(size, dtype):
     rng = np.random.default_rng(0)
     side = PAD_SIDE + 2 * PAD
     batch = max(size // (PAD_CHANNELS * side ** 3), 1)
-    x = np.zeros((batch, PAD_CHANNELS, PAD_SIDE, PAD_SIDE, PAD_SIDE), _npd(dtype))
+    x = np.zeros((batch, PAD_CHANNELS, PAD_SIDE, PAD_SIDE, PAD_SIDE), np_dtype(dtype))
     g = _normal(rng, (batch, PAD_CHANNELS, side, side, side), dtype)
     return {"x": x, "out_grad": g}, {"paddings": [PAD] * 6, "mode": "reflect", "pad_value": 0.0,
                                      "data_format": "NCDHW"}

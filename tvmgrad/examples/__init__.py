@@ -38,7 +38,7 @@ DOMAINS = {
 
 # Neutral values for required attributes (no default in the YAML), by attribute type.
 ATTR_BY_TYPE = {"float": 0.5, "double": 0.5, "Scalar": 2.0, "int": 1, "int64_t": 1, "bool": False}
-ATTRS = {"prelu_grad": {"mode": "channel"}, "pow_grad": {"y": 2.5}, "pow_double_grad": {"y": 2.5},
+ATTRS = {"pow_grad": {"y": 2.5}, "pow_double_grad": {"y": 2.5},
          "pow_triple_grad": {"y": 2.5}, "softplus_grad": {"beta": 1.5, "threshold": 20.0},
          "softplus_double_grad": {"beta": 1.5, "threshold": 20.0}, "celu_grad": {"alpha": 1.2},
          "celu_double_grad": {"alpha": 1.2}, "elu_grad": {"alpha": 1.2}, "elu_double_grad": {"alpha": 1.2}}
@@ -137,7 +137,7 @@ def broadcast_variant(op: str, seed: int = 0):
     impl = registry.get(op).impl
     inputs, attrs = sample(op, seed)
     spec = registry.get(op).spec
-    free = impl._broadcasting_inputs(spec) if hasattr(impl, "_broadcasting_inputs") else set()
+    free = impl.broadcasting_inputs(spec) if hasattr(impl, "broadcasting_inputs") else set()
     names = [p.name for p in spec.tensor_args if p.name in free]
     if len(names) < 2:
         return None

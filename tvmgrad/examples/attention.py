@@ -104,7 +104,8 @@ def _sce(x, label):
     return np.maximum(x, 0) - x * label + np.log1p(np.exp(-np.abs(x)))
 
 
-def _sig(x):
+def sigmoid(x):
+    """The logistic function in float64 (yolo_loss's reference, shared with its test)."""
     return 1 / (1 + np.exp(-x))
 
 
@@ -138,8 +139,8 @@ def yolo_forward(x, gt_box, gt_label, gt_score, anchors, anchor_mask, class_num,
             an = anchor_mask[j]
             for k in range(H):
                 for l in range(W):
-                    pb = [(l + _sig(xr[i, j, 0, k, l]) * scale_x_y + bias) / H,
-                          (k + _sig(xr[i, j, 1, k, l]) * scale_x_y + bias) / H,
+                    pb = [(l + sigmoid(xr[i, j, 0, k, l]) * scale_x_y + bias) / H,
+                          (k + sigmoid(xr[i, j, 1, k, l]) * scale_x_y + bias) / H,
                           np.exp(xr[i, j, 2, k, l]) * anchors[2 * an] / input_size,
                           np.exp(xr[i, j, 3, k, l]) * anchors[2 * an + 1] / input_size]
                     best = max([_iou(pb, gt_box[i, t]) for t in range(B) if valid[i, t]] + [0.0])

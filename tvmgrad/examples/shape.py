@@ -1,8 +1,6 @@
 """Sample calls of the shape / linear grads (te_defs/shape.py, te_defs/linear.py) for the generic
 tests (CUDA builds, VJP chains, in-place pairs). Float64 inputs, valid for each op."""
 
-import numpy as np
-
 from . import factory
 
 

@@ -20,8 +20,9 @@ import numbers
 from typing import Callable
 
 from ..dtypes import FLOATS, DType, to_compute
-from ..infer_meta import MetaError, broadcast_shapes, is_one, same_dim, same_shape
+from ..infer_meta import MetaError, broadcast_shapes, same_shape
 from .base import Arg, OpError, OpImpl, Plan, scalar_arg
+from .broadcast import coalesce
 
 __all__ = ["pointwise", "Pointwise", "RUNTIME_ATTR_TYPES"]
 
@@ -42,7 +43,7 @@ class Pointwise(OpImpl):
         self.validate = validate
 
     # -- planning ------------------------------------------------------------------------------
-    def _broadcasting_inputs(self, spec) -> set[str]:
+    def broadcasting_inputs(self, spec) -> set[str]:
         """Inputs allowed to differ from the broadcast shape: declared, else the distinct tensors
         shape inference is given (two or more means a broadcasting binary op)."""
         if self.broadcast is not None:
@@ -62,7 +63,7 @@ class Pointwise(OpImpl):
         of dims that broadcast alike. ``shapes``: name -> shape of every present input and
         output. -> (groups, masks, runtime attr names, static attrs, kernel Args)."""
         spec, op = call.spec, call.op
-        free = self._broadcasting_inputs(spec)
+        free = self.broadcasting_inputs(spec)
         # the domain is what the forward's inputs span (x and y of atan2, x and alpha of prelu):
         # out_grad, out, ... may not widen it (a larger out_grad would be summed into the grads
         # silently); those not allowed to broadcast must have exactly its shape
@@ -96,7 +97,7 @@ class Pointwise(OpImpl):
                 raise OpError(f"{op}: input {n!r} has shape {list(shapes[n])}, expected "
                               f"{list(domain)} ({why})")
         operands = present + out_names
-        groups, masks = _coalesce(domain, [shapes[n] for n in operands], operands, op)
+        groups, masks = coalesce(domain, [shapes[n] for n in operands], operands, op)
         view = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in enumerate(operands)}
         runtime = self.runtime_attrs(spec)
         static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
@@ -251,40 +252,6 @@ class Pointwise(OpImpl):
 def _free_vars(expr) -> list:
     from tvm import tirx
     return tirx.analysis.undefined_vars(expr)
-
-
-def _coalesce(domain, shapes, names, op):
-    """Merge adjacent dims that every operand broadcasts alike; drop size-1 dims.
-
-    Returns the group sizes and, per group, a tuple of "operand is broadcast here" flags.
-    """
-    rank = len(domain)
-    aligned = []
-    for name, s in zip(names, shapes):
-        if len(s) > rank:
-            raise OpError(f"{op}: {name!r} has rank {len(s)}, more than the broadcast rank {rank}")
-        aligned.append((1,) * (rank - len(s)) + tuple(s))
-    groups: list[int] = []
-    masks: list[tuple[bool, ...]] = []
-    for d in range(rank):
-        if is_one(domain[d]):
-            continue
-        mask = []
-        for name, s in zip(names, aligned):
-            if not (is_one(s[d]) or same_dim(s[d], domain[d]) or not isinstance(s[d], int)
-                    or not isinstance(domain[d], int)):
-                raise OpError(f"{op}: {name!r} has shape {list(s)}, which does not broadcast to "
-                              f"{list(domain)}")
-            mask.append(is_one(s[d]))
-        mask = tuple(mask)
-        if masks and masks[-1] == mask:
-            groups[-1] *= domain[d]
-        else:
-            groups.append(domain[d])
-            masks.append(mask)
-    if not groups:
-        groups, masks = [1], [tuple(False for _ in names)]
-    return groups, masks
 
 
 def pointwise(fn=None, **options):

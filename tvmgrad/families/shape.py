@@ -44,7 +44,7 @@ from .pointwise import RUNTIME_ATTR_TYPES
 from .tensor import TensorOp, builder_kwargs, call_builder, output_params
 
 __all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
-           "reduce_to", "coalesce", "is_one", "pair"]
+           "reduce_to", "pair"]
 
 _BUILD = threading.local()
 
@@ -266,12 +266,6 @@ def total(values):
     return acc
 
 
-def is_one(dim) -> bool:
-    """Is a placeholder dim the constant 1 (a ``unit_dims`` dim)?"""
-    from tvm import tirx
-    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 1
-
-
 def reduce_to(g, keep, name, out_dtype=None):
     """``out[i] = Σ g[...]`` over the dims of ``g`` not in ``keep`` (a bool per dim of g; those
     dims have size 1 in ``out``; dims of g beyond ``keep``, a complex pair, are kept), accumulated
@@ -301,29 +295,6 @@ def reduce_to(g, keep, name, out_dtype=None):
         return te.compute(shape, body, name=name)
     acc = te.compute(shape, body, name=f"{name}_acc")
     return te.compute(shape, lambda *i: acc(*i).astype(storage), name=name)
-
-
-def coalesce(small, big):
-    """Group adjacent dims of ``big`` that ``small`` (right-aligned, numpy broadcasting) either
-    keeps or broadcasts alike, dropping size-1 dims of ``big``. -> (small view, big view, keep
-    flags): ``small``/``big`` seen with these shapes have the same elements in C order."""
-    rank = len(big)
-    s = (1,) * (rank - len(small)) + tuple(small)
-    groups_b, groups_s, keep = [], [], []
-    for d in range(rank):
-        if big[d] == 1:
-            continue
-        k = s[d] == big[d]
-        if keep and keep[-1] == k:
-            groups_b[-1] *= big[d]
-            groups_s[-1] *= s[d]
-        else:
-            groups_b.append(big[d])
-            groups_s.append(s[d])
-            keep.append(k)
-    if not keep:
-        return (1,), (1,), (True,)
-    return tuple(groups_s), tuple(groups_b), tuple(keep)
 
 
 shape_op = ShapeOp.decorator  # @shape_op: a TE builder with canonical attributes (module docstring)

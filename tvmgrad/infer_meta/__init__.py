@@ -16,7 +16,7 @@ from typing import Callable
 from ..dtypes import DType, dtype as as_dtype
 
 __all__ = ["TensorMeta", "MetaError", "register", "get", "names", "broadcast_shapes", "is_one",
-           "same_dim", "same_shape"]
+           "same_dim", "same_shape", "norm_axis", "norm_axes"]
 
 
 class MetaError(ValueError):
@@ -39,7 +39,9 @@ def is_symbolic(d) -> bool:
 
 
 def is_one(d) -> bool:
-    return isinstance(d, int) and d == 1
+    """A dim known to be 1: the int 1, or a placeholder's constant dim 1 (a ``tirx.IntImm``)."""
+    value = d if isinstance(d, int) else getattr(d, "value", None)
+    return isinstance(value, int) and value == 1
 
 
 def same_dim(a, b) -> bool:
@@ -137,3 +139,30 @@ def broadcast_shapes(*shapes: tuple, names: tuple[str, ...] | None = None) -> tu
             raise MetaError(f"shapes do not broadcast: {who}")
         out.append(static.pop() if static else (dims[0] if dims else 1))
     return tuple(out)
+
+
+def norm_axis(axis: int, rank: int, what: str = "axis", *, extra: int = 0, of: str | None = None,
+              op: str | None = None, zero_d_axis: bool = False) -> int:
+    """Attribute ``what`` = ``axis``, an axis of a tensor of ``rank``, made non-negative.
+
+    Valid axes lie in [-(rank+extra), rank+extra): ``extra`` = 1 for an axis that may be one past
+    the last (stack's new axis); with ``zero_d_axis`` a 0-d tensor has the one axis 0 (as Paddle's
+    reductions, scans and index ops take it). MetaError naming the attribute, the tensor ``of``
+    and, for a planner (whose errors name their op; an InferMeta's caller adds it), the op ``op``.
+    """
+    hi = (max(rank, 1) if zero_d_axis else rank) + extra
+    if not -hi <= axis < hi:
+        tensor = f"{of!r} of rank {rank}" if of else f"a tensor of rank {rank}"
+        raise MetaError(f"{op + ': ' if op else ''}attribute {what!r} = {axis} is out of range "
+                        f"[{-hi}, {hi - 1}] for {tensor}")
+    return axis + hi if axis < 0 else axis
+
+
+def norm_axes(axes, rank: int, what: str = "axis", *, unique: bool = True, of: str | None = None,
+              op: str | None = None) -> tuple[int, ...]:
+    """Every axis of ``axes`` made non-negative (``norm_axis``); MetaError for a repeated axis
+    unless ``unique`` is False."""
+    out = tuple(norm_axis(a, rank, what, of=of, op=op) for a in axes)
+    if unique and len(set(out)) != len(out):
+        raise MetaError(f"{op + ': ' if op else ''}attribute {what!r} = {list(axes)} has duplicate axes")
+    return out

@@ -7,7 +7,7 @@ the data.
 
 from __future__ import annotations
 
-from . import MetaError, TensorMeta, register
+from . import MetaError, TensorMeta, norm_axis, register
 from ._common import need as _need
 
 INDEX_DTYPES = ("int32", "int64")
@@ -56,9 +56,7 @@ def IndexAddGradInferMeta(index, add_value, out_grad, axis):
         raise MetaError(f"index must be 0-d or 1-d, got shape {list(index.shape)}")
     if g.ndim == 0:
         raise MetaError("out_grad must have at least one dim")
-    if not -g.ndim <= axis < g.ndim:
-        raise MetaError(f"attribute 'axis' is {axis}, out of range for rank {g.ndim}")
-    a = axis % g.ndim
+    a = norm_axis(axis, g.ndim, of="out_grad")
     n = index.shape[0] if index.ndim else 1
     want = g.shape[:a] + (n,) + g.shape[a + 1:]
     if v.shape != want:

@@ -14,7 +14,7 @@ Output dtypes follow Paddle 3.3.1's kernel registrations, which the YAML does no
 from __future__ import annotations
 
 from ..dtypes import HALF
-from . import MetaError, TensorMeta, register, same_shape
+from . import MetaError, TensorMeta, norm_axis, register, same_shape
 from ._common import need as _need
 
 __all__ = ["param_dtype_ok", "check_param", "MAX_POWER_ITERS"]
@@ -53,14 +53,6 @@ def _same_dtype(a: TensorMeta, b: TensorMeta, an: str, bn: str) -> None:
     if a.dtype != b.dtype:
         raise MetaError(f"input {bn!r} has dtype {b.dtype.name}, expected {a.dtype.name} "
                         f"(the dtype of {an!r})")
-
-
-def canonical_axis(axis: int, rank: int, name: str = "axis") -> int:
-    lo, hi = (-max(rank, 1), max(rank, 1) - 1)
-    if not lo <= axis <= hi:
-        raise MetaError(f"attribute {name!r} = {axis} is out of range for a tensor of rank {rank} "
-                        f"(expected {lo} <= {name} <= {hi})")
-    return axis % max(rank, 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -167,7 +159,7 @@ def GumbelSoftmaxGradInferMeta(out, out_grad, axis):
     """x_grad: out_grad (out and out_grad must agree)."""
     out, out_grad = _need(out, "out"), _need(out_grad, "out_grad")
     _same_shape(out, out_grad, "out", "out_grad")
-    canonical_axis(axis, out.ndim)
+    norm_axis(axis, out.ndim, zero_d_axis=True)
     return (out_grad,)
 
 
@@ -195,7 +187,7 @@ def CrossEntropyWithSoftmaxGradInferMeta(label, softmax, loss_grad, soft_label, 
     rank = softmax.ndim
     if rank == 0:
         raise MetaError("input 'softmax' must have rank >= 1")
-    ax = canonical_axis(axis, rank)
+    ax = norm_axis(axis, rank, zero_d_axis=True)
     expect = list(softmax.shape)
     expect[ax] = 1
     if soft_label:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from . import MetaError, TensorMeta, register
+from . import MetaError, TensorMeta, norm_axes, norm_axis, register
 from ._common import need as _need
 
 
@@ -17,25 +17,6 @@ def _need_list(metas, what: str) -> list[TensorMeta]:
     if metas is None or len(metas) == 0:
         raise MetaError(f"{what} must be a non-empty list of tensors")
     return [_need(m, f"{what}[{i}]") for i, m in enumerate(metas)]
-
-
-def norm_axis(axis: int, rank: int, what: str = "axis", extra: int = 0, of: str | None = None) -> int:
-    """``axis`` in [-(rank+extra), rank+extra) made non-negative; MetaError naming ``what`` (and
-    the tensor ``of``, when given)."""
-    hi = rank + extra
-    if not -hi <= axis < hi:
-        tensor = f"{of!r} of rank {rank}" if of else f"a rank-{rank} tensor"
-        raise MetaError(f"attribute {what!r} = {axis} is out of range [{-hi}, {hi - 1}] for "
-                        f"{tensor}")
-    return axis + hi if axis < 0 else axis
-
-
-def norm_axes(axes, rank: int, what: str = "axis", unique: bool = True,
-              of: str | None = None) -> tuple[int, ...]:
-    out = tuple(norm_axis(a, rank, what, of=of) for a in axes)
-    if unique and len(set(out)) != len(out):
-        raise MetaError(f"attribute {what!r} = {list(axes)} has duplicate axes")
-    return out
 
 
 def _same_dtype(metas: list[TensorMeta], what: str) -> None:
@@ -243,7 +224,7 @@ def squeeze_shape(shape: tuple[int, ...], axes) -> tuple[int, ...]:
         return tuple(d for d in shape if d != 1)
     drop = set()
     for a in axes:
-        ax = norm_axis(int(a), max(rank, 1))
+        ax = norm_axis(int(a), rank, zero_d_axis=True)
         if rank and shape[ax] == 1:
             drop.add(ax)
     return tuple(d for i, d in enumerate(shape) if i not in drop)
