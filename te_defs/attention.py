@@ -74,6 +74,8 @@ from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, outp
 from tvmgrad.infer_meta import is_one
 from tvmgrad.lazy import te, tirx
 
+from ._plan import fail
+
 __all__ = ["flash_attn_grad", "flash_attn_qkvpacked_grad", "flash_attn_unpadded_grad",
            "flash_attn_varlen_qkvpacked_grad", "flash_attn_with_sparse_mask_grad",
            "memory_efficient_attention_grad", "AttnOp", "GRAIN", "MAX_HEAD_DIM"]
@@ -242,10 +244,6 @@ def _call_sizes(call):
     return out
 
 
-def _fail(op, msg):
-    raise ValueError(f"{op}: {msg}")
-
-
 def _shape(call, name):
     m = call.meta(name)
     return None if m is None else tuple(m.shape)
@@ -273,14 +271,14 @@ def _expect(call, name, shape, what=""):
     """``name`` must have ``shape``; ``what`` says where it comes from (the inputs it is read off)."""
     got = _shape(call, name)
     if got != tuple(shape):
-        _fail(call.op, f"input {name!r} must have shape {list(shape)}{what}, got {list(got)}")
+        fail(call.op, f"input {name!r} must have shape {list(shape)}{what}, got {list(got)}")
 
 
 def _seed(call, name):
     """The forward's (seed, offset) pair: int64 (or int32) of shape [2]; its values are not read."""
     _index_input(call, name, ("int64", "int32"))
     if _shape(call, name) != (2,):
-        _fail(call.op, f"input {name!r} must have shape [2] (the forward's seed and offset), got "
+        fail(call.op, f"input {name!r} must have shape [2] (the forward's seed and offset), got "
                        f"{list(_shape(call, name))}")
 
 
@@ -295,7 +293,7 @@ def _index_input(call, name, dtypes=("int32",)):
 def _no_dropout(call, attr):
     p = float(call.attrs[attr])
     if p != 0.0:
-        _fail(call.op, f"attribute {attr!r} = {p} is not supported: the grad needs the forward's "
+        fail(call.op, f"attribute {attr!r} = {p} is not supported: the grad needs the forward's "
                        f"dropout mask, which Paddle regenerates inside its fused kernel from "
                        f"(seed, offset) with a tile-layout-dependent Philox stream; run the "
                        f"forward with dropout 0 (or is_test) to use tvmgrad's grad")
@@ -303,7 +301,7 @@ def _no_dropout(call, attr):
 
 def _head_dim(call, name, d):
     if not 1 <= d <= MAX_HEAD_DIM:
-        _fail(call.op, f"input {name!r} has head_dim {d}; supported: 1..{MAX_HEAD_DIM}")
+        fail(call.op, f"input {name!r} has head_dim {d}; supported: 1..{MAX_HEAD_DIM}")
 
 
 def _lse(call, name, B, H, rows, total=None, dt=None, dims="batch, num_heads, seqlen_q",
@@ -322,7 +320,7 @@ def _lse(call, name, B, H, rows, total=None, dt=None, dims="batch, num_heads, se
     if total is not None and len(s) == 2 and s == (H, total):
         return 2
     alt = f" or [{H}, {total}] (unpadded lse)" if total is not None else ""
-    _fail(call.op, f"input {name!r} must be [{B}, {H}, >= {rows}]{alt} ({dims} of {data!r}), got "
+    fail(call.op, f"input {name!r} must be [{B}, {H}, >= {rows}]{alt} ({dims} of {data!r}), got "
                    f"{list(s)}")
 
 
@@ -333,12 +331,12 @@ def _mask_view(call, name, B, H, Sq, Sk):
         return None, None
     s = tuple(m.shape)
     if len(s) < 4:
-        _fail(call.op, f"input {name!r} must have rank >= 4 ([batch, heads, seqlen_q, seqlen_k], "
+        fail(call.op, f"input {name!r} must have rank >= 4 ([batch, heads, seqlen_q, seqlen_k], "
                        f"leading dims flattened into the batch), got {list(s)}")
     b = _size(s[:-3])
     h, q, k = s[-3:]
     if b not in (1, B) or h not in (1, H) or q not in (1, Sq) or k != Sk:
-        _fail(call.op, f"input {name!r} must be [{B} or 1, {H} or 1, {Sq} or 1, {Sk}], got "
+        fail(call.op, f"input {name!r} must be [{B} or 1, {H} or 1, {Sq} or 1, {Sk}], got "
                        f"{list(s)}")
     return (b != 1 or B == 1, h != 1 or H == 1, q != 1 or Sq == 1), (b, h, q, k)
 
@@ -346,29 +344,29 @@ def _mask_view(call, name, B, H, Sq, Sk):
 def _cu(call, name, batch=None, like="cu_seqlens_q"):
     cu = _index_input(call, name)
     if cu.ndim != 1 or cu.shape[0] < 1:
-        _fail(call.op, f"input {name!r} must be 1-D [batch + 1], got {list(cu.shape)}")
+        fail(call.op, f"input {name!r} must be 1-D [batch + 1], got {list(cu.shape)}")
     if batch is not None and cu.shape[0] != batch + 1:
-        _fail(call.op, f"input {name!r} must have {batch + 1} entries (as many as {like!r}), got "
+        fail(call.op, f"input {name!r} must have {batch + 1} entries (as many as {like!r}), got "
                        f"{cu.shape[0]}")
     if (np.diff(cu) < 0).any() or (cu.size and cu[0] < 0):
-        _fail(call.op, f"input {name!r} must be non-decreasing and non-negative, got {cu.tolist()}")
+        fail(call.op, f"input {name!r} must be non-decreasing and non-negative, got {cu.tolist()}")
     return cu
 
 
 def _varlen_rows(call, cu_name, cu, max_len, rows, padded, what):
     lens = np.diff(cu)
     if lens.size and lens.max() > max_len:
-        _fail(call.op, f"input {cu_name!r} has a sequence of {int(lens.max())} rows, more than "
+        fail(call.op, f"input {cu_name!r} has a sequence of {int(lens.max())} rows, more than "
                        f"{what} = {max_len}")
     if padded:
         if (cu.shape[0] - 1) * max_len > rows:
-            _fail(call.op, f"varlen_padded needs batch·{what} = {(cu.shape[0] - 1) * max_len} "
+            fail(call.op, f"varlen_padded needs batch·{what} = {(cu.shape[0] - 1) * max_len} "
                            f"rows, the packed input has {rows}")
     elif cu.size and cu[-1] > rows:
-        _fail(call.op, f"input {cu_name!r} ends at row {int(cu[-1])} but the packed input has "
+        fail(call.op, f"input {cu_name!r} ends at row {int(cu[-1])} but the packed input has "
                        f"{rows} rows")
     elif max_len > rows:
-        _fail(call.op, f"attribute {what!r} = {max_len} exceeds the {rows} rows of the packed "
+        fail(call.op, f"attribute {what!r} = {max_len} exceeds the {rows} rows of the packed "
                        f"input (no sequence can be longer)")
 
 
@@ -614,7 +612,7 @@ def _check_flash_padded(call, q_name="q", k_name="k", v_name="v", packed=False):
     if packed:
         qkv = _shape(call, "qkv")
         if len(qkv) != 5:
-            _fail(op, f"input 'qkv' must be 5-D [batch, seqlen, num_heads/num_heads_k + 2, "
+            fail(op, f"input 'qkv' must be 5-D [batch, seqlen, num_heads/num_heads_k + 2, "
                       f"num_heads_k, head_dim], got {list(qkv)}")
         B, S, ng, Hk, D = qkv
         G = ng - 2
@@ -624,14 +622,14 @@ def _check_flash_padded(call, q_name="q", k_name="k", v_name="v", packed=False):
         q, k, v = _shape(call, q_name), _shape(call, k_name), _shape(call, v_name)
         for n, s in ((q_name, q), (k_name, k), (v_name, v)):
             if len(s) != 4:
-                _fail(op, f"input {n!r} must be 4-D [batch, seqlen, num_heads, head_dim], got "
+                fail(op, f"input {n!r} must be 4-D [batch, seqlen, num_heads, head_dim], got "
                           f"{list(s)}")
         B, Sq, H, D = q
         Sk, Hk = k[1], k[2]
         _expect(call, k_name, (B, Sk, Hk, D), f" ({q_name!r}'s batch and head_dim)")
         _expect(call, v_name, (B, Sk, Hk, D), f" ({k_name!r}'s shape)")
         if Hk == 0 or H % Hk:
-            _fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
+            fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
         G = H // Hk
     _head_dim(call, "qkv" if packed else q_name, D)
     src = "'qkv'" if packed else repr(q_name)
@@ -752,25 +750,25 @@ def _sparse_view(call, B, H, Sk, G):
                         f"must be int32")
     s = tuple(m.shape)
     if len(s) < 3:
-        _fail(op, f"input 'attn_mask_start_row_indices' must have rank >= 3 ([batch, heads, "
+        fail(op, f"input 'attn_mask_start_row_indices' must have rank >= 3 ([batch, heads, "
                   f"seqlen_k]), got {list(s)}")
     b, hm, k = _size(s[:-2]), s[-2], s[-1]
     if b not in (1, B) or k != Sk or hm < 1 or H % hm:
-        _fail(op, f"input 'attn_mask_start_row_indices' must be [{B} or 1, heads dividing {H}, "
+        fail(op, f"input 'attn_mask_start_row_indices' must be [{B} or 1, heads dividing {H}, "
                   f"{Sk}], got {list(s)}")
     start = int(call.attrs["attn_mask_start_row"])
     if start < 0:
-        _fail(op, f"attribute 'attn_mask_start_row' must be >= 0, got {start}")
+        fail(op, f"attribute 'attn_mask_start_row' must be >= 0, got {start}")
     idx = np.asarray(call.tensors["attn_mask_start_row_indices"])
     Sq = _shape(call, "q")[1]
     if idx.size and idx.max() > Sq:
-        _fail(op, f"input 'attn_mask_start_row_indices' holds {int(idx.max())}, out of range "
+        fail(op, f"input 'attn_mask_start_row_indices' holds {int(idx.max())}, out of range "
                   f"[0, {Sq}] (a start row of the {Sq} query rows of 'q', or {Sq}: none hidden)")
     if start > Sq:
-        _fail(op, f"attribute 'attn_mask_start_row' = {start} is out of range [0, {Sq}] (the "
+        fail(op, f"attribute 'attn_mask_start_row' = {start} is out of range [0, {Sq}] (the "
                   f"query rows of 'q')")
     if idx.size and idx.min() < start:
-        _fail(op, f"attribute 'attn_mask_start_row' = {start} promises no start row below it, but "
+        fail(op, f"attribute 'attn_mask_start_row' = {start} promises no start row below it, but "
                   f"'attn_mask_start_row_indices' holds {int(idx.min())}")
     return ("B" if b != 1 or B == 1 else 1, hm, "Sk")
 
@@ -814,12 +812,12 @@ def _describe_varlen(call, outs, packed=False):
     _no_dropout(call, "dropout")
     mq, mk = int(call.attrs["max_seqlen_q"]), int(call.attrs["max_seqlen_k"])
     if mq < 0 or mk < 0:
-        _fail(op, f"attributes 'max_seqlen_q' and 'max_seqlen_k' must be >= 0, got {mq}, {mk}")
+        fail(op, f"attributes 'max_seqlen_q' and 'max_seqlen_k' must be >= 0, got {mq}, {mk}")
     padded = bool(call.attrs.get("varlen_padded", False))
     if packed:
         qkv = _shape(call, "qkv")
         if len(qkv) != 4:
-            _fail(op, f"input 'qkv' must be 4-D [total, num_heads/num_heads_k + 2, num_heads_k, "
+            fail(op, f"input 'qkv' must be 4-D [total, num_heads/num_heads_k + 2, num_heads_k, "
                       f"head_dim], got {list(qkv)}")
         Tq, ng, Hk, D = qkv
         G = ng - 2
@@ -829,13 +827,13 @@ def _describe_varlen(call, outs, packed=False):
         q, k, v = _shape(call, "q"), _shape(call, "k"), _shape(call, "v")
         for n, s in (("q", q), ("k", k), ("v", v)):
             if len(s) != 3:
-                _fail(op, f"input {n!r} must be 3-D [total, num_heads, head_dim], got {list(s)}")
+                fail(op, f"input {n!r} must be 3-D [total, num_heads, head_dim], got {list(s)}")
         Tq, H, D = q
         Tk, Hk = k[0], k[1]
         _expect(call, "k", (Tk, Hk, D), " ('q's head_dim)")
         _expect(call, "v", (Tk, Hk, D), " ('k's shape)")
         if Hk == 0 or H % Hk:
-            _fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
+            fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
         G = H // Hk
         _head_dim(call, "q", D)
     src = "'qkv'" if packed else "'q'"
@@ -1018,11 +1016,11 @@ def _describe_mea(call, outs):
     _head_dim(call, "value", Dv)
     cu_given = [call.tensors[n] is not None for n in ("cu_seqlens_q", "cu_seqlens_k")]
     if cu_given[0] != cu_given[1]:
-        _fail(op, "inputs 'cu_seqlens_q' and 'cu_seqlens_k' must be given together")
+        fail(op, "inputs 'cu_seqlens_q' and 'cu_seqlens_k' must be given together")
     varlen = cu_given[0]
     bias = call.meta("bias")
     if varlen and bias is not None:
-        _fail(op, "input 'bias' cannot be combined with cu_seqlens (as in Paddle)")
+        fail(op, "input 'bias' cannot be combined with cu_seqlens (as in Paddle)")
     scale = float(call.attrs["scale"])
     if scale < 0:
         scale = 1.0 / math.sqrt(D)
@@ -1033,13 +1031,13 @@ def _describe_mea(call, outs):
     bias_info = None
     if varlen:
         if B != 1:
-            _fail(op, f"with cu_seqlens the batch of 'query' must be 1 (sequences are packed "
+            fail(op, f"with cu_seqlens the batch of 'query' must be 1 (sequences are packed "
                       f"along dim 1), got {B}")
         cq = _cu(call, "cu_seqlens_q")
         ck = _cu(call, "cu_seqlens_k", cq.shape[0] - 1)
         mq, mk = int(call.attrs["max_seqlen_q"]), int(call.attrs["max_seqlen_k"])
         if mq <= 0 or mk <= 0:
-            _fail(op, f"attributes 'max_seqlen_q' and 'max_seqlen_k' must be positive with "
+            fail(op, f"attributes 'max_seqlen_q' and 'max_seqlen_k' must be positive with "
                       f"cu_seqlens, got {mq}, {mk}")
         _varlen_rows(call, "cu_seqlens_q", cq, mq, Mq, False, "max_seqlen_q")
         _varlen_rows(call, "cu_seqlens_k", ck, mk, Mk, False, "max_seqlen_k")
@@ -1057,7 +1055,7 @@ def _describe_mea(call, outs):
             s = tuple(bias.shape)
             if len(s) == 2:
                 if s != (Mq, Mk):
-                    _fail(op, f"input 'bias' must be [{Mq}, {Mk}] or [{B} or 1, {H} or 1, {Mq}, "
+                    fail(op, f"input 'bias' must be [{Mq}, {Mk}] or [{B} or 1, {H} or 1, {Mq}, "
                               f"{Mk}], got {list(s)}")
                 templates["bias"] = ("Mq", "Mk")
                 bias_info = (True, True, 2)
@@ -1066,7 +1064,7 @@ def _describe_mea(call, outs):
                 templates["bias"] = (1 if s[0] == 1 else "B", 1 if s[1] == 1 else "H", "Mq", "Mk")
                 bias_info = (bb, bh, 4)
             else:
-                _fail(op, f"input 'bias' must be [{Mq}, {Mk}] or [{B} or 1, {H} or 1, {Mq}, {Mk}], "
+                fail(op, f"input 'bias' must be [{Mq}, {Mk}] or [{B} or 1, {H} or 1, {Mq}, {Mk}], "
                           f"got {list(s)}")
     _seed(call, "seed_and_offset")
     templates["output_grad"] = templates["output"]

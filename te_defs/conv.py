@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tvmgrad.dtypes import dtype as as_dtype
-from tvmgrad.families import OpError
 from tvmgrad.lazy import te, tirx
 
+from ._plan import fail
 from .matmul import (PAD_K, View, build_info, ceil_to, dense_op, grain, index_const, load,
                      main_attrs, store)
 
@@ -62,25 +62,21 @@ class Geom:
     roles: tuple = ()   # per contraction: (name, grains...) chosen at plan time
 
 
-def _fail(op, msg):
-    raise OpError(f"{op}: {msg}")
-
-
 def _ints(op, name, value, n, *, minimum=None, allow=None):
     value = tuple(value)
     lens = allow or (n,)
     if len(value) not in lens:
-        _fail(op, f"attribute {name!r} must have {' or '.join(map(str, lens))} values for a "
+        fail(op, f"attribute {name!r} must have {' or '.join(map(str, lens))} values for a "
                   f"{n}-D convolution, got {list(value)}")
     if minimum is not None and any(v < minimum for v in value):
-        _fail(op, f"attribute {name!r} must be >= {minimum}, got {list(value)}")
+        fail(op, f"attribute {name!r} must be >= {minimum}, got {list(value)}")
     return value
 
 
 def resolve_padding(op, S, strides, paddings, algorithm, dilations, in_sizes, ksize):
     """(lo, hi, dilations) as Paddle's UpdatePaddingAndDilation."""
     if algorithm not in ALGORITHMS:
-        _fail(op, f"attribute 'padding_algorithm' must be one of {', '.join(ALGORITHMS)}, got "
+        fail(op, f"attribute 'padding_algorithm' must be one of {', '.join(ALGORITHMS)}, got "
                   f"{algorithm!r}")
     pads = _ints(op, "paddings", paddings, S, allow=(S, 2 * S), minimum=0)
     if len(pads) == S:
@@ -106,7 +102,7 @@ def _layout(op, data_format, S):
         return False
     if data_format in CHANNEL_LAST:
         return True
-    _fail(op, f"attribute 'data_format' must be one of {', '.join(CHANNEL_FIRST + CHANNEL_LAST)}, "
+    fail(op, f"attribute 'data_format' must be one of {', '.join(CHANNEL_FIRST + CHANNEL_LAST)}, "
               f"got {data_format!r}")
 
 
@@ -119,11 +115,11 @@ def _conv_geom(call, S, *, x="input", filter="filter", out="out_grad", transpose
     last = _layout(op, a["data_format"], S)
     for name, m in ((x, xm), (filter, wm), (out, gm)):
         if m.ndim != S + 2:
-            _fail(op, f"input {name!r} must be {S + 2}-D for a {S}-D convolution, got shape "
+            fail(op, f"input {name!r} must be {S + 2}-D for a {S}-D convolution, got shape "
                       f"{list(m.shape)}")
     groups = a["groups"]
     if groups < 1:
-        _fail(op, f"attribute 'groups' must be >= 1, got {groups}")
+        fail(op, f"attribute 'groups' must be >= 1, got {groups}")
     strides = _ints(op, "strides", a["strides"], S, minimum=1)
     dil = _ints(op, "dilations", a["dilations"], S, minimum=1)
     N = xm.shape[0]
@@ -133,27 +129,27 @@ def _conv_geom(call, S, *, x="input", filter="filter", out="out_grad", transpose
     O = gm.shape[1:-1] if last else gm.shape[2:]
     k = wm.shape[2:]
     if gm.shape[0] != N:
-        _fail(op, f"input {out!r} has batch {gm.shape[0]} but {x!r} has {N}")
+        fail(op, f"input {out!r} has batch {gm.shape[0]} but {x!r} has {N}")
     if transpose:
         # filter [C_in, C_out/groups, k...]; x has C_in channels, out_grad C_out
         if wm.shape[0] != C:
-            _fail(op, f"input {filter!r} has {wm.shape[0]} input channels (dim 0) but {x!r} has "
+            fail(op, f"input {filter!r} has {wm.shape[0]} input channels (dim 0) but {x!r} has "
                       f"{C} channels (data_format {a['data_format']})")
         if C % groups:
-            _fail(op, f"{x!r} channels ({C}) are not divisible by groups ({groups})")
+            fail(op, f"{x!r} channels ({C}) are not divisible by groups ({groups})")
         if wm.shape[1] * groups != Oc:
-            _fail(op, f"input {out!r} has {Oc} channels but {filter!r} gives "
+            fail(op, f"input {out!r} has {Oc} channels but {filter!r} gives "
                       f"{wm.shape[1]} x groups {groups} = {wm.shape[1] * groups}")
     else:
         if C % groups or wm.shape[1] * groups != C:
-            _fail(op, f"channel/group mismatch: {x!r} has {C} channels (data_format "
+            fail(op, f"channel/group mismatch: {x!r} has {C} channels (data_format "
                       f"{a['data_format']}), {filter!r} has {wm.shape[1]} per group and groups "
                       f"is {groups}; need channels == filter.shape[1] x groups")
         if wm.shape[0] % groups:
-            _fail(op, f"{filter!r} has {wm.shape[0]} output channels, not divisible by groups "
+            fail(op, f"{filter!r} has {wm.shape[0]} output channels, not divisible by groups "
                       f"({groups})")
         if wm.shape[0] != Oc:
-            _fail(op, f"input {out!r} has {Oc} channels but {filter!r} has {wm.shape[0]} "
+            fail(op, f"input {out!r} has {Oc} channels but {filter!r} has {wm.shape[0]} "
                       f"output channels")
     lo, hi, dil = resolve_padding(op, S, strides, a["paddings"], a["padding_algorithm"], dil,
                                   I, k)
@@ -167,19 +163,19 @@ def _conv_geom(call, S, *, x="input", filter="filter", out="out_grad", transpose
         n_out = (big[i] + lo[i] + hi[i] - span) // strides[i] + 1
         if big[i] + lo[i] + hi[i] < span or n_out <= 0:
             if not transpose:
-                _fail(op, f"the filter {filter!r} (size {k[i]}, dilations {dil[i]}, span {span}) is "
+                fail(op, f"the filter {filter!r} (size {k[i]}, dilations {dil[i]}, span {span}) is "
                           f"larger than the padded input {x!r} ({big[i]} + paddings {lo[i]} + "
                           f"{hi[i]}) in spatial dim {i}")
         if transpose:
             # the transposed conv's output size may exceed the formula by up to stride - 1
             lo_size = (small[i] - 1) * strides[i] - lo[i] - hi[i] + span
             if not lo_size <= big[i] < lo_size + strides[i]:
-                _fail(op, f"input {out!r} has spatial size {big[i]} in dim {i}, but "
+                fail(op, f"input {out!r} has spatial size {big[i]} in dim {i}, but "
                           f"conv_transpose of {x!r} ({small[i]}) with {filter!r} ({k[i]}), strides "
                           f"{strides[i]}, paddings {lo[i]}+{hi[i]}, dilations {dil[i]} gives "
                           f"{lo_size} (+ output_padding < strides {strides[i]})")
         elif n_out != small[i]:
-            _fail(op, f"input {out!r} has spatial size {small[i]} in dim {i}, but the "
+            fail(op, f"input {out!r} has spatial size {small[i]} in dim {i}, but the "
                       f"convolution gives {n_out} ({x!r} {big[i]}, {filter!r} {k[i]}, strides "
                       f"{strides[i]}, paddings {lo[i]}+{hi[i]}, dilations {dil[i]})")
     geom = Geom(S, last, groups, tuple(k), tuple(strides), tuple(dil), tuple(lo), tuple(hi))
@@ -573,7 +569,7 @@ def _conv_views(S, kinds, *, x="input", filter="filter", out="out_grad", transpo
         for name, like in extra:
             m = call.meta(name)
             if m is not None and m.shape != call.meta({"x": x, "filter": filter, "out": out}[like]).shape:
-                _fail(call.op, f"input {name!r} has shape {list(m.shape)}, expected the shape of "
+                fail(call.op, f"input {name!r} has shape {list(m.shape)}, expected the shape of "
                                f"{ {'x': x, 'filter': filter, 'out': out}[like]!r} "
                                f"{list(call.meta({'x': x, 'filter': filter, 'out': out}[like]).shape)}")
         sizes = {"N": sz["N"], "Cg": sz["Cg"], "Og": sz["Og"]}

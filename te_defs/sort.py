@@ -28,7 +28,8 @@ def _along(op, call, x, idx, g, axis_attr="axis"):
     if x.ndim == 0:
         x_shape, axis = (1,), 0
     else:
-        x_shape, axis = x.shape, norm_axis(int(call.attrs[axis_attr]), x.ndim, of="x", op=op, zero_d_axis=True)
+        x_shape = x.shape
+        axis = norm_axis(int(call.attrs[axis_attr]), x.ndim, of="x", op=op, zero_d_axis=True)
     want = idx.shape
     if idx.ndim != x.ndim or any(a != b for d, (a, b) in enumerate(zip(idx.shape, x.shape))
                                  if d != axis):
@@ -70,7 +71,9 @@ def _topk_view(call, metas, outs):
     x, idx = call.meta("x"), call.meta("indices")
     views = _along(call.op, call, x, idx, call.meta("out_grad"))
     k = call.attrs["k"]
-    want = idx.shape[norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=call.op, zero_d_axis=True)] if x.ndim else 1
+    want = 1
+    if x.ndim:
+        want = idx.shape[norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=call.op)]
     if k != want:
         raise OpError(f"{call.op}: attribute 'k' = {k}, but 'indices' holds {want} along the axis "
                       f"(k must be the forward's, 1 <= k <= the axis size of 'x')")
@@ -93,7 +96,8 @@ def _select_view(call, metas, outs):
     if x.ndim == 0:
         x_shape, axis = (1,), 0
     else:
-        x_shape, axis = x.shape, norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=op, zero_d_axis=True)
+        x_shape = x.shape
+        axis = norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=op, zero_d_axis=True)
     kept = x_shape[:axis] + x_shape[axis + 1:]
     keep = x_shape[:axis] + (1,) + x_shape[axis + 1:]
     allowed = {kept, keep} if x.ndim else {(), (1,)}
