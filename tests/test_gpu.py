@@ -57,3 +57,33 @@ def test_deterministic_scatters_are_bit_identical(op):
         for name, value in first.items():
             if value is not None and not isinstance(value, list):
                 assert np.array_equal(np.asarray(value).view(np.uint8), np.asarray(again[name]).view(np.uint8))
+
+
+@pytest.mark.parametrize("op", ["gelu_grad", "layer_norm_grad", "gather_grad", "concat_grad"])
+def test_device_resident_torch_tensors_stay_on_the_device(op):
+    """torch tensors on the GPU in, torch tensors on the same GPU out (no host round trip), with
+    the host call's values; a reused launch takes new device tensors of the same signature.
+    (With TVMGRAD_GPU_TARGET=llvm: host tensors, this test's own logic.)"""
+    torch = pytest.importorskip("torch")
+    device = "cuda" if TARGET.startswith("cuda") else "cpu"
+    inputs, attrs = sample(op)
+    data = {k: cast(v, "float32") for k, v in inputs.items()}
+    want = tvmgrad.run(op, data, attrs)
+
+    def on_device(v):
+        if isinstance(v, list):
+            return [on_device(x) for x in v]
+        return None if v is None else torch.from_numpy(np.ascontiguousarray(v)).to(device)
+    tensors = {k: on_device(v) for k, v in data.items()}
+    got = tvmgrad.run(op, tensors, attrs, target=TARGET)
+    launch = tvmgrad.prepare(op, tensors, attrs, target=TARGET)
+    again = launch({k: on_device(v) for k, v in data.items()})
+    for result in (got, again):
+        for name in want:
+            for w, g in each_tensor(want[name], result[name]):
+                if w is None:
+                    assert g is None
+                    continue
+                assert isinstance(g, torch.Tensor) and g.device.type == device, (name, type(g))
+                np.testing.assert_allclose(g.cpu().numpy(), w, rtol=TOL["float32"],
+                                           atol=TOL["float32"], err_msg=f"{op}.{name} on {TARGET}")
