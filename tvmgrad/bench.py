@@ -13,7 +13,7 @@ Fair by construction:
   input read plus every output written.
 
 Paddle and PyTorch are optional (neither is a tvmgrad dependency: ``pip install paddlepaddle``,
-``pip install tvmgrad[bench]`` for torch): without one, its columns read n/a and a note says why.
+``pip install torch``): without one, its columns read n/a and a note says why.
 ``--suite`` benchmarks a fixed list covering every family (``SUITE``).
 """
 
@@ -50,7 +50,7 @@ PADDLE_CRASHES = {("atan2_grad", True)}
 
 # -- Paddle / PyTorch -----------------------------------------------------------------------
 
-OPTIONAL = {"paddle": "pip install paddlepaddle", "torch": "pip install 'tvmgrad[bench]'"}
+OPTIONAL = {"paddle": "pip install paddlepaddle", "torch": "pip install torch"}
 
 
 def _optional(name: str):

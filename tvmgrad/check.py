@@ -3,7 +3,7 @@ with ``--build``, every implemented op's kernels built and run once (``build_and
 
 An op's facets live in tables keyed by its name, next to the code that uses them: its example
 call (tvmgrad.examples: FACTORIES, DOMAINS, ATTRS), its benchmark references and inputs
-(tvmgrad.benchrefs: TORCH, PADDLE, INPUTS, FLOPS; tvmgrad.bench: SUITE, BENCH_ATTRS), the Relax
+(tvmgrad.benchrefs: TORCH, PADDLE, INPUTS, FLOPS; tvmgrad.bench: SUITE; tvmgrad.workloads: BENCH_ATTRS), the Relax
 gradient rules that emit it (tvmgrad.relax.rules.GRADIENTS), the GPU bundle's scatter list, its
 InferMeta. Nothing but this check ties those keys to the registry: a typo'd key would silently
 never be used.
@@ -132,7 +132,7 @@ def _benchref_problems() -> list[str]:
 
 def _bench_problems() -> list[str]:
     """The bench suite's ops exist and have inputs: INPUTS, or flat arrays (pointwise ops only)."""
-    from . import bench
+    from . import bench, workloads
     from .benchrefs import input_makers
     problems: list[str] = []
     makers = input_makers()
@@ -141,11 +141,11 @@ def _bench_problems() -> list[str]:
         if op is not None and op_name not in makers and op.implementation.family_kind != "pointwise":
             problems.append(f"bench.SUITE: {op_name} has no benchrefs INPUTS (flat arrays of the "
                             f"size only fit pointwise ops)")
-    for op_name, attrs in bench.BENCH_ATTRS.items():
-        op = _op("bench.BENCH_ATTRS", op_name, problems)
+    for op_name, attrs in workloads.BENCH_ATTRS.items():
+        op = _op("workloads.BENCH_ATTRS", op_name, problems)
         if op is not None:
             known = {p.name for p in op.spec.attrs}
-            problems += [f"bench.BENCH_ATTRS[{op_name!r}]: {a!r} is not an attribute of {op_name}"
+            problems += [f"workloads.BENCH_ATTRS[{op_name!r}]: {a!r} is not an attribute of {op_name}"
                          for a in attrs if a not in known]
     for op_name, _ in bench.PADDLE_CRASHES:
         _op("bench.PADDLE_CRASHES", op_name, problems)
