@@ -60,6 +60,7 @@ def test_bench_without_paddle_or_torch_prints_na(tmp_path):
     assert "torch is not installed: its columns read n/a" in out, out
 
 
+@pytest.mark.slow
 def test_bench_json_and_suite_cover_every_family(capsys):
     import json
 

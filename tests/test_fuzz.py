@@ -631,7 +631,7 @@ def all_ops() -> list[str]:
     return sorted(examples.implemented_ops())
 
 
-def sampled_ops(per_family: int = 2) -> list[str]:
+def sampled_ops(per_family: int = 1) -> list[str]:
     """A deterministic sample: ``per_family`` ops of every family (by a hash of the name), plus
     the ops whose mutations are the issue's own examples."""
     from tvmgrad import registry

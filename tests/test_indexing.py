@@ -1205,7 +1205,7 @@ def test_extra_dtypes_are_what_paddle_registers():
         assert set(extra_dtypes(op)) == registered & set(CPLX + INTLIKE), op
 
 
-EXTRA_SLOW = ("complex128", "uint8", "int16", "int64")     # (the other dtypes' paths are the same)
+EXTRA_SLOW = ("complex128", "bool", "int8", "uint8", "int16", "int64")     # (the other dtypes' paths are the same)
 
 
 def cubin_check(calls):

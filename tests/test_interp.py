@@ -63,7 +63,7 @@ SWEEP = [
 
 
 @pytest.mark.parametrize("method,ins,outs", SWEEP)
-@pytest.mark.parametrize("align", [(True, 1), (False, 0), (False, 1)])
+@pytest.mark.parametrize("align", [(True, 1), (False, 0), pytest.param((False, 1), marks=pytest.mark.slow)])
 def test_interp_float64(method, ins, outs, align):
     ac, am = align
     for last in (False, True):

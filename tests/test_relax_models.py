@@ -124,6 +124,7 @@ def test_resnet18_trains_like_torch():
     assert {"batch_norm_grad", "conv2d_filter_grad", "relu_grad"} <= used
 
 
+@pytest.mark.slow     # (CI runs it after the default run)
 def test_resnet18_eval_mode_gradients():
     """resnet18 in eval mode: batch_norm with the moving statistics as constants (no
     DecomposeOpsForTraining, which would silently use batch statistics)."""
@@ -148,6 +149,7 @@ def test_tvm_alone_cannot_differentiate_these_models():
         assert missing and all(op in GRADIENTS or op in tr.NO_GRAD for op in missing), missing
 
 
+@pytest.mark.slow
 def test_bench_training_step_reports_both_frameworks():
     from tvmgrad.relax.bench import bench_training_step
     out = bench_training_step("mlp", batch=8, repeat=3, warmup=1, threads=1)

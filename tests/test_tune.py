@@ -14,6 +14,9 @@ from tvmgrad import aot, tune, tuned
 from tvmgrad.build import lower
 from tvmgrad.targets import resolve
 
+# meta_schedule searches (minutes on 2 cores): with -m slow, which CI runs after the default run
+pytestmark = pytest.mark.slow
+
 SIZE = 4096
 
 
