@@ -7,7 +7,8 @@ from ..families.base import TARGET_FLAG, Plan
 from ..infer_meta import TensorMeta
 from ..planning import plan_call
 
-__all__ = ["emit", "schedule_kernels", "tvmgrad_kernels", "lowered", "same_shape", "EMITTED_PLANS"]
+__all__ = ["emit", "schedule_kernels", "tvmgrad_kernels", "lowered", "same_shape", "with_functions",
+           "EMITTED_PLANS"]
 
 
 def _meta(expr) -> TensorMeta:
@@ -163,6 +164,12 @@ def schedule_kernels(mod, target):
         planned = _PLANNED.get(name)
         plan = planned.tuned_for(tgt) if planned is not None else EMITTED_PLANS.get(name)
         updates[gvar] = _with_attrs(lowered(plan or _as_plan(func), tgt, name), func)
+    return with_functions(mod, updates)
+
+
+def with_functions(mod, updates: dict):
+    """``mod`` with the functions of ``updates`` (global var -> function) replaced, in a copy
+    (the module itself when there is nothing to replace)."""
     if not updates:
         return mod
     mod = mod.clone()

@@ -484,12 +484,8 @@ def schedule_legalized(target=None):
             except Exception:  # noqa: BLE001 - a nest the rules do not know: TVM's default
                 continue
             updates[gvar] = scheduled.with_attr("tirx.is_scheduled", True)
-        if not updates:
-            return mod
-        mod = mod.clone()
-        for gvar, func in updates.items():
-            mod[gvar] = func
-        return mod
+        from .emit import with_functions
+        return with_functions(mod, updates)
     return _pass
 
 
