@@ -14,7 +14,7 @@ Half types accumulate in float32 and round once.
 
 Data dtypes beyond the floats, where Paddle registers them: complex64/128 (tvmgrad.dtypes stores
 them as float32/64 with a trailing (re, im) dim of 2, which every float tensor of the kernel
-carries as one more innermost dim: data movement moves and sums both parts alike; ``pair()`` tells
+carries as one more innermost dim: data movement moves and sums both parts alike; ``ctx.pair`` tells
 a builder), integers (copies and sums in their own dtype, wrapping as Paddle's; divisions
 truncate as C++'s) and bool (a sum of bools is their OR, as Paddle's ``bool +=``).
 
@@ -23,224 +23,30 @@ the axis) where the op allows it, so one kernel serves every rank and axis. Sequ
 ``te.extern`` bodies of annotated blocks (``Body``) that the ``annotated_loops``
 schedules bind; a body may hold a CUDA form and a CPU form of a block (``two_forms``: the column
 strip's lanes on CUDA threads / one vectorised strip per CPU task), selected by the
-``tvmgrad_on_cuda`` parameter that the schedules fix before scheduling (``on_cuda``).
+``tvmgrad_on_cuda`` parameter that the schedules fix before scheduling (``ctx.on_cuda()``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
-import threading
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype
-from tvmgrad.families.base import TARGET_FLAG, Arg, OpError, Plan
+from tvmgrad.families.base import OpError
+from tvmgrad.families.index import index_op
 from tvmgrad.families.shape import dt_of
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
-from tvmgrad.infer_meta import TensorMeta, norm_axis
+from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import te, tirx
 
 from ._extern import (CW, Body, acc_dtype, cast_to, extern, i64, proxy, scatter_body, store_as, tc,
                       to_acc)
 from ._plan import check_range, host, split_axis
 
-__all__ = ["IndexOp", "index_op", "Body", "extern", "build_options", "scatter_along",
-           "scatter_rows", "blocked_scan", "on_cuda", "pair"]
-
-# ------------------------------------------------------------------------------------------
-# The family: TensorOp with tensor views, a deterministic/atomic switch and identity outputs
-
-_CTX = threading.local()
-ATOMIC_DTYPES = ("float32", "float64")
+__all__ = ["Body", "extern", "scatter_along", "scatter_rows", "blocked_scan", "two_forms"]
 
 # data dtypes beyond FLOATS (see the module docstring); each op lists those Paddle registers
 INT_DTYPES = ("int8", "uint8", "int16", "int32", "int64")
 CPLX = FLOATS + COMPLEX
-
-
-def build_options() -> dict:
-    """Options of the kernel being built: ``deterministic`` (bool), ``variant`` (tuple),
-    ``scalars`` (host-computed int64 scalar parameters by name) and ``pair`` (complex data: every
-    float tensor has a trailing (re, im) dim of 2)."""
-    return getattr(_CTX, "options", None) or {"deterministic": True, "variant": (), "scalars": {},
-                                              "pair": False}
-
-
-def pair() -> bool:
-    """Is the kernel being built complex? Then every float tensor has one more innermost dim of
-    2 (re, im) than its view; index tensors do not."""
-    return bool(build_options().get("pair"))
-
-
-class IndexOp(TensorOp):
-    """A whole-tensor TE builder whose tensors are passed as views.
-
-    ``view(call, metas, outs) -> (views, variant)``: ``views`` maps input/output names to the shape
-    the kernel sees (same element count; usually (outer, axis, inner); a list of shapes for a
-    Tensor[]), ``variant`` is a tuple of code-changing facts the builder reads from
-    ``build_options()``. Attributes are baked into the code, except ``int_runtime`` ones (int64
-    scalar parameters: one kernel serves every value); ``code_attrs`` names the baked ones that
-    change the code (default: all; those a view folds into the shapes should be left out so that
-    one kernel serves them all). ``atomic``: the op has a racy variant for
-    ``deterministic=False``. ``alias``: outputs equal to an input (no kernel work; a view of it
-    when the caller passes ``alias=True``). ``out_dtype``: outputs whose dtype is the float
-    inputs' whatever shape inference says (Paddle's kernels allocate them as T).
-    ``host_scalars(call, views) -> {name: int}``: int64 scalar parameters computed on the host
-    (e.g. a scan's chunk size); the builder gets them as vars in ``build_options()["scalars"]``.
-    ``rewrite(call)``: replaces input arrays of the call on the host before anything else is
-    planned (index_put_grad's bool masks become their nonzero() index tensors, as in Paddle).
-    """
-
-    def __init__(self, fn, *, view=None, atomic=False, alias=None, code_attrs=None,
-                 int_runtime=(), out_dtype=(), host_scalars=None, rewrite=None, **options):
-        options.setdefault("pattern", "annotated_loops")
-        super().__init__(fn, **options)
-        self.view = view
-        self.atomic = atomic
-        self.alias = dict(alias or {})
-        self.code_attrs = None if code_attrs is None else tuple(code_attrs)
-        self.int_runtime = tuple(int_runtime)
-        self.out_dtype = tuple(out_dtype)
-        self.host_scalars = host_scalars
-        self.rewrite = rewrite
-
-    def runtime_attrs(self, spec) -> list[str]:
-        return []
-
-    def _fix_outputs(self, call, outs, dt) -> None:
-        """Tensor[] outputs sized by the YAML ``{x.size()}``; outputs allocated in the float dtype.
-        (Shape inference sees neither; ``outs`` is the list the runtime allocates from.)"""
-        for i, o in enumerate(call.spec.outputs):
-            m = outs[i]
-            if m is None:
-                continue
-            if isinstance(m, list) and o.size and o.size.endswith(".size()"):
-                src = call.tensors.get(o.size[: -len(".size()")])
-                if isinstance(src, list) and m:
-                    outs[i] = m = [m[0]] * len(src)
-            if o.name in self.out_dtype:
-                outs[i] = ([TensorMeta(x.shape, dt) for x in m] if isinstance(m, list)
-                           else TensorMeta(m.shape, dt))
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        if self.rewrite is not None:
-            self.rewrite(call)
-        present, dt, metas = self.checked_inputs(call)
-        self._fix_outputs(call, outs, dt)
-        if self.validate is not None:
-            self.validate(call, outs)
-        views, variant = self.view(call, metas, outs) if self.view else ({}, ())
-
-        def viewed(name, meta):
-            if meta is None or name not in views:
-                return meta
-            if isinstance(meta, list):
-                return [viewed_one(name, m, v) for m, v in zip(meta, views[name])]
-            return viewed_one(name, meta, views[name])
-
-        def viewed_one(name, meta, shape):
-            return TensorMeta(view_shape(op, name, shape, {}, meta), meta.dtype)
-
-        vmetas = {n: viewed(n, m) for n, m in metas.items()}
-        kept = [None if o.name in self.alias else m for o, m in zip(spec.outputs, outs)]
-        vouts = [viewed(o.name, m) for o, m in zip(spec.outputs, kept)]
-        det = (not self.atomic or bool(call.options.get("deterministic", True))
-               or dt.name not in ATOMIC_DTYPES)
-
-        def lay(m):
-            if isinstance(m, list):
-                return tuple((x.ndim, x.dtype.name) for x in m)
-            return (m.ndim, m.dtype.name)
-
-        layout = tuple((n, lay(vmetas[n])) for n in present)
-        out_layout = tuple(None if m is None else lay(m) for m in vouts)
-        names = (self.code_attrs if self.code_attrs is not None
-                 else [p.name for p in spec.attrs if p.name not in self.int_runtime])
-        static = tuple((n, call.attrs[n]) for n in names)
-        key = ("index", op, dt.name, layout, out_layout, static, tuple(variant), det)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-
-        def shape_of(name, i=None):
-            v = views.get(name)
-            if v is None:
-                return None
-            return tuple(v[i]) if i is not None else tuple(v)
-
-        args = []
-        for n in present:
-            if n in spec.no_need_buffer:
-                continue
-            if isinstance(metas[n], list):
-                args += [Arg("input", n, index=i, shape=shape_of(n, i))
-                         for i in range(len(metas[n]))]
-            else:
-                args.append(Arg("input", n, shape=shape_of(n)))
-        args += [Arg("scalar", n, dtype="int64", value=int(call.attrs[n])) for n in self.int_runtime]
-        extra = self.host_scalars(call, views) if self.host_scalars else {}
-        args += [Arg("scalar", n, dtype="int64", value=int(v)) for n, v in sorted(extra.items())]
-        for o, m in zip(spec.outputs, vouts):
-            if isinstance(m, list):
-                args += [Arg("output", o.name, index=i, shape=shape_of(o.name, i))
-                         for i in range(len(m))]
-            elif m is not None:
-                args.append(Arg("output", o.name, shape=shape_of(o.name)))
-        aliases = {o.name: (self.alias[o.name], m.shape) for o, m in zip(spec.outputs, outs)
-                   if o.name in self.alias and m is not None}
-        attrs = dict(call.attrs)
-        options = {"deterministic": det, "variant": tuple(variant), "scalars": sorted(extra),
-                   "pair": dt.lanes == 2}
-        make = None
-        if any(m is not None for m in vouts):
-            make = lambda: self._make_with(options, spec, dt, vmetas, vouts, attrs)  # noqa: E731
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}", make=make, args=tuple(args),
-                    pattern=self.pattern, aliases=aliases)
-
-    def _make_with(self, options, spec, dt, metas, outs, attrs):
-        previous = getattr(_CTX, "options", None)
-        _CTX.options = dict(options, target_flag=None,
-                            scalars={n: te.var(n, "int64") for n in options["scalars"]})
-        try:
-            return self._build(spec, dt, metas, outs, attrs)
-        finally:
-            _CTX.options = previous
-
-    def _build(self, spec, dt, metas, outs, attrs):
-        def holder(name, meta):
-            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
-            if meta.dtype.lanes == 2:
-                shape.append(tirx.IntImm("int64", 2))     # complex: the (re, im) pair
-            return te.placeholder(shape, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n, m in metas.items():
-            tensors[n] = ([holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list)
-                          else holder(n, m))
-        scalars = {n: te.var(n, "int64") for n in self.int_runtime}
-        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        params = []
-        for n in metas:
-            if n not in spec.no_need_buffer:
-                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += [scalars[n] for n in self.int_runtime]
-        params += [v for _, v in sorted(_CTX.options["scalars"].items())]
-        params += output_params(spec, outs, result)
-        flag = _CTX.options.get("target_flag")
-        if flag is not None:
-            params.append(flag)
-        return self.prim_func(spec, params)
-
-
-def on_cuda():
-    """An int64 expression that is 1 when the kernel is built for CUDA and 0 otherwise (a scalar
-    parameter that the annotated_loops schedules specialise away before scheduling)."""
-    opts = _CTX.options
-    if opts.get("target_flag") is None:
-        opts["target_flag"] = te.var(TARGET_FLAG, "int64")
-    return opts["target_flag"]
-
-
-index_op = IndexOp.decorator  # @index_op: an ``IndexOp`` builder (see the class)
 
 
 # ------------------------------------------------------------------------------------------
@@ -250,13 +56,13 @@ index_op = IndexOp.decorator  # @index_op: an ``IndexOp`` builder (see the class
 # Kernel bodies: te.extern with annotated blocks (``Body``/``extern`` from _extern)
 
 
-def two_forms(body, name, fn, **kw):
+def two_forms(ctx, body, name, fn, **kw):
     """A block with a vector strip in its CUDA form (lanes on threads) and its CPU form (a plain
     loop inside the block), each kept for its own target; one block when there is no strip."""
     if kw.get("vec") is None:
         body.block(name, fn, **kw)
         return
-    cuda = on_cuda()
+    cuda = ctx.on_cuda()
     body.block(name, fn, when=cuda == 1, **kw)
     body.block(f"{name}_cpu", fn, when=cuda == 0, strip="main", **kw)
     body.block(f"{name}_tail", fn, when=cuda == 0, strip="tail", **kw)
@@ -295,7 +101,7 @@ def zeros_like(expr):
 # ------------------------------------------------------------------------------------------
 # Scatter along an axis (the core of gather/index_select/take_along_axis/sort grads)
 
-def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False, value=None):
+def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=False, value=None):
     """out[c with c[axis] := row(L, c)] (+)= value(L, c) for every coordinate c of ``src``.
 
     ``inputs``: te.Tensors the body reads (``src`` first); ``L`` their buffer proxies in that
@@ -306,15 +112,15 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
     axis order. Deterministic: one thread per column (every coordinate but the axis) walks the
     axis serially; with ``deterministic=False`` (adds only) one CUDA thread per element adds
     atomically. Half types accumulate in float32, rounded once; bool as a count (``acc_dtype``).
-    Complex data (``pair()``): src's last dim is the (re, im) pair; every column (pairs
+    Complex data (``ctx.pair``): src's last dim is the (re, im) pair; every column (pairs
     included) is a parallel unit, without a vector strip (a strip must be the innermost index).
     """
-    det = build_options()["deterministic"] or assign
+    det = ctx.info.deterministic or assign
     rank = len(src.shape)
     dims = list(src.shape)
     n = dims[axis]
     # the vector strip: the innermost dim when it follows the axis (none for complex data)
-    v = rank - 1 if axis < rank - 1 and not pair() else None
+    v = rank - 1 if axis < rank - 1 and not ctx.pair else None
     pdims = [d for d in range(rank) if d not in (axis, v)]
     vec = dims[v] if v is not None else None
     acc = acc_dtype(dt)
@@ -349,10 +155,10 @@ def scatter_along(src, axis, dest_shape, dt, name, row, inputs, *, assign=False,
                 if v is not None:
                     c[v] = C
                 store(c, False)
-            two_forms(body, f"{name}_cols", col, par=([1] if unit else [dims[d] for d in pdims]),
+            two_forms(ctx, body, f"{name}_cols", col, par=([1] if unit else [dims[d] for d in pdims]),
                       ser=[n], vec=vec, reads=list(ins), writes=[out])
         else:
-            cuda = on_cuda()
+            cuda = ctx.on_cuda()
             body.block(f"{name}_atomic", lambda P, S, C: store(P, True), par=dims,
                        reads=list(ins), writes=[out], when=cuda == 1)
             body.block(f"{name}_serial", lambda P, S, C: store(S, False), ser=dims,
@@ -403,24 +209,24 @@ def _index_rows(M):
 
 @index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
           dtypes=CPLX + ("bool",) + INT_DTYPES)
-def gather_grad(x, index, out_grad, axis):
+def gather_grad(x, index, out_grad, axis, ctx):
     """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis`` (x_grad is 0 elsewhere);
     repeated indices add up in index order; negative indices count from the end (-M <= index < M,
     as Paddle 3.3.1's gather_grad); a 0-d index drops the axis from out_grad. Complex, integer
     and bool grads too (sums wrap as Paddle's; bool: OR)."""
     dt = dt_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
+    return scatter_along(ctx, out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
 
 
 @index_op(view=_gather_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
           dtypes=CPLX + ("bool", "int32", "int64"))
-def index_select_grad(x, index, out_grad, axis):
+def index_select_grad(x, index, out_grad, axis, ctx):
     """x_grad[.., index[i], ..] += out_grad[.., i, ..] along ``axis``; repeated indices add up in
     index order; -M <= index < M (negative counts from the end). Complex, int32/int64 and bool
     (OR) grads too."""
     dt = dt_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
+    return scatter_along(ctx, out_grad, 1, x.shape, dt, "x_grad", _index_rows(x.shape[1]),
                          [out_grad, index])
 
 
@@ -474,11 +280,11 @@ def _index_sample_view(call, metas, outs):
 
 @index_op(view=_index_sample_view, atomic=True, float_inputs=("x", "out_grad"),
           dtypes=CPLX + ("int32", "int64"))
-def index_sample_grad(x, index, out_grad):
+def index_sample_grad(x, index, out_grad, ctx):
     """x_grad[b, index[b, i]] += out_grad[b, i]  (0 <= index < x.shape[1], as Paddle; repeated
     indices add up in order)."""
     dt = dt_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c[:2])],
+    return scatter_along(ctx, out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c[:2])],
                          [out_grad, index])
 
 
@@ -602,12 +408,12 @@ def bload(t, idx, mask):
 
 @index_op(view=_where_view, float_inputs=("x", "y", "out_grad"), index_dtypes=("bool",),
           dtypes=CPLX + ("bool",) + INT_DTYPES)
-def where_grad(condition, x, y, out_grad):
+def where_grad(condition, x, y, out_grad, ctx):
     """x_grad = Σ_bcast condition ? out_grad : 0,  y_grad = Σ_bcast condition ? 0 : out_grad
     (summed over the dims each input was broadcast along; Paddle 3.3.1 reads past the buffers
     when the shapes differ). Complex, integer and bool (the sum is an OR) grads too."""
     dt = dt_of(out_grad)
-    mc, mx, my = build_options()["variant"]
+    mc, mx, my = ctx.info.variant
     full = out_grad.shape
     zero = tirx.const(0, dt.compute)
 
@@ -661,20 +467,20 @@ def _take_view(call, metas, outs):
     return along_view(("indices", "out_grad"), ("arr", "arr_grad"), arr.shape, idx.shape, axis)
 
 
-def _variant_axis():
-    v = build_options()["variant"]
+def _variant_axis(ctx):
+    v = ctx.info.variant
     return 1 if v[0] == "3d" else v[1]
 
 
 @index_op(view=_take_view, atomic=True, code_attrs=(), float_inputs=("arr", "out_grad"),
           dtypes=FLOATS + ("uint8", "int16", "int32", "int64"))
-def take_along_axis_grad(arr, indices, out_grad, axis):
+def take_along_axis_grad(arr, indices, out_grad, axis, ctx):
     """arr_grad[.., indices[.., i, ..], ..] += out_grad[.., i, ..] along ``axis`` (the index's
     other dims may be shorter than arr's; the rest of arr_grad is 0); -M <= index < M."""
     dt = dt_of(out_grad)
-    ax = _variant_axis()
+    ax = _variant_axis(ctx)
     m = arr.shape[ax]
-    return scatter_along(out_grad, ax, arr.shape, dt, "arr_grad",
+    return scatter_along(ctx, out_grad, ax, arr.shape, dt, "arr_grad",
                          lambda L, c: wrap(L[1][tuple(c)], m), [out_grad, indices])
 
 
@@ -742,7 +548,7 @@ def _put_view(call, metas, outs):
 @index_op(view=_put_view, code_attrs=(), out_dtype=("values_grad",),
           float_inputs=("arr", "values", "out", "out_grad"),
           dtypes=FLOATS + ("uint8", "int16", "int32", "int64"))
-def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, include_self):
+def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, include_self, ctx):
     """out = arr with values put at indices along axis (reduce: assign/add/mean/mul/amin/amax,
     include_self). With d = the slot element p lands on and hits/eq per slot (how many land
     there / how many of those equal out), as Paddle 3.3.1's CPU kernels:
@@ -759,7 +565,7 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
     (a 0 in arr where something lands, or in values) is a ValueError (Paddle dies of SIGFPE; a
     kernel planned without data gives 0 there)."""
     dt = dt_of(out_grad)
-    variant = build_options()["variant"]
+    variant = ctx.info.variant
     red, incl = variant[-2], variant[-1]
     ax = 1 if variant[0] == "3d" else variant[1]
     m = arr.shape[ax]
@@ -856,14 +662,14 @@ def put_along_axis_grad(arr, indices, values, out, out_grad, axis, reduce, inclu
 # ------------------------------------------------------------------------------------------
 # Row scatters: gather_nd / scatter / index_put / graph grads
 
-def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
+def scatter_rows(ctx, n, feats, dest_shape, dt, name, lead, value, inputs):
     """out[lead(L, b) + f] += value(L, b, f) for b < n and every feature coordinate f in
     ``feats`` (a list of extents, possibly empty); out has ``dest_shape`` = the lead dims +
     feats and is 0 where nothing lands. Deterministic: one thread per feature column walks b
     serially (repeated rows add up in b order); atomic (build option): one CUDA thread per
-    (b, f). Complex data (``pair()``): the last feature dim is the (re, im) pair; every feature
+    (b, f). Complex data (``ctx.pair``): the last feature dim is the (re, im) pair; every feature
     column is a parallel unit, without a vector strip (a strip must be the innermost index)."""
-    det = build_options()["deterministic"]
+    det = ctx.info.deterministic
     feats = list(feats)
     acc = acc_dtype(dt)
 
@@ -876,8 +682,8 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
             put(d, T.Bind(to_acc(value(L, b, tuple(f)), dt)), use_atomic)
 
         if det:
-            if feats and not pair():
-                two_forms(body, f"{name}_cols", lambda P, S, C: store(S[0], P + [C], False),
+            if feats and not ctx.pair:
+                two_forms(ctx, body, f"{name}_cols", lambda P, S, C: store(S[0], P + [C], False),
                           par=feats[:-1], ser=[n], vec=feats[-1], reads=list(ins), writes=[out])
             elif feats:
                 body.block(f"{name}_cols", lambda P, S, C: store(S[0], P, False),
@@ -886,7 +692,7 @@ def scatter_rows(n, feats, dest_shape, dt, name, lead, value, inputs):
                 body.block(f"{name}_cols", lambda P, S, C: store(S[0], [], False),
                            par=[1], ser=[n], reads=list(ins), writes=[out])
         else:
-            cuda = on_cuda()
+            cuda = ctx.on_cuda()
             body.block(f"{name}_atomic", lambda P, S, C: store(P[0], P[1:], True),
                        par=[n] + feats, reads=list(ins), writes=[out], when=cuda == 1)
             body.block(f"{name}_serial", lambda P, S, C: store(S[0], S[1:], False),
@@ -949,12 +755,12 @@ def _nd_lead(index, dims):
 
 @index_op(view=_gather_nd_view, atomic=True, float_inputs=("x", "out_grad"),
           dtypes=CPLX + ("bool",) + INT_DTYPES)
-def gather_nd_grad(x, index, out_grad):
+def gather_nd_grad(x, index, out_grad, ctx):
     """x_grad[index[b]] += out_grad[b] (index[b] addresses the leading index.shape[-1] dims of x;
     repeated addresses add up in b order; -d <= index < d, negative counts from the end)."""
     dt = dt_of(out_grad)
-    k = len(x.shape) - (2 if pair() else 1)          # x seen as (lead dims..., rows[, pair])
-    return scatter_rows(out_grad.shape[0], list(x.shape[k:]), x.shape, dt, "x_grad",
+    k = len(x.shape) - (2 if ctx.pair else 1)          # x seen as (lead dims..., rows[, pair])
+    return scatter_rows(ctx, out_grad.shape[0], list(x.shape[k:]), x.shape, dt, "x_grad",
                         _nd_lead(index, list(x.shape[:k])), lambda L, b, f: tc(L[0][(b,) + f], dt),
                         [out_grad, index])
 
@@ -1107,7 +913,7 @@ def host_item(call, name, i):
 @index_op(view=_index_put_view, code_attrs=(), float_inputs=("x", "value", "out_grad"),
           index_dtypes=("int32", "int64", "bool"), rewrite=_index_put_rewrite,
           dtypes=CPLX + ("bool",) + INT_DTYPES)
-def index_put_grad(x, indices, value, out_grad, accumulate):
+def index_put_grad(x, indices, value, out_grad, accumulate, ctx):
     """out = x with value put at x[indices] (numpy advanced indexing: the index tensors broadcast
     together and address x's leading dims; accumulate: added):  x_grad = out_grad, zeroed at the
     addressed elements unless accumulate; value_grad = out_grad[indices] summed over the dims
@@ -1115,7 +921,7 @@ def index_put_grad(x, indices, value, out_grad, accumulate):
     rank r addresses r dims by its nonzero() indices (converted on the host, as Paddle does); a
     mask without a True, or an empty index, addresses nothing (x_grad = out_grad, value_grad = 0)."""
     dt = dt_of(out_grad)
-    variant = build_options()["variant"]
+    variant = ctx.info.variant
     if variant[0] == "none":
         xg = te.compute(x.shape, lambda *i: out_grad[i], name="x_grad")
         vg = te.compute(value.shape, lambda *i: tirx.const(0, dt.storage), name="value_grad")
@@ -1240,13 +1046,13 @@ def _send_u_recv_view(call, metas, outs):
 
 @index_op(view=_send_u_recv_view, atomic=True, code_attrs=(), float_inputs=("x", "out", "out_grad"),
           dtypes=FLOATS + ("int32", "int64"))
-def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_op):
+def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_op, ctx):
     """out[d] = reduce_{e: dst[e]=d} x[src[e]]:  x_grad[src[e]] += out_grad[dst[e]] · w(e), with
     w = 1 (SUM), 1/dst_count[dst[e]] (MEAN), [x[src[e]] == out[dst[e]]] (MIN/MAX: every tied
     edge gets the full grad, as Paddle). Edges add up in edge order. Integer dtypes: MEAN's
     division truncates per edge (as Paddle's)."""
     dt = dt_of(out_grad)
-    (red,) = build_options()["variant"]
+    (red,) = ctx.info.variant
     inputs = [out_grad, src_index, dst_index]
     if red == "MEAN":
         inputs.append(dst_count)
@@ -1263,7 +1069,7 @@ def send_u_recv_grad(x, src_index, dst_index, out, dst_count, out_grad, reduce_o
             return tirx.Select(hit, g, zeros_like(g))
         return g
 
-    return scatter_rows(src_index.shape[0], [x.shape[1]], x.shape, dt, "x_grad",
+    return scatter_rows(ctx, src_index.shape[0], [x.shape[1]], x.shape, dt, "x_grad",
                         lambda L, e: [L[1][e]], value, inputs)
 
 
@@ -1291,7 +1097,7 @@ def _send_ue_recv_view(call, metas, outs):
 
 @index_op(view=_send_ue_recv_view, atomic=True, code_attrs=(),
           float_inputs=("x", "y", "out", "out_grad"), dtypes=FLOATS + ("int32", "int64"))
-def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, message_op, reduce_op):
+def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, message_op, reduce_op, ctx):
     """out[d] = reduce_{e: dst[e]=d} x[src[e]] ⊙ y[e] (⊙: ADD/MUL, features broadcast): with
     G(e) = out_grad[dst[e]] · w(e) (w as send_u_recv_grad; MIN/MAX compare x[src[e]] ⊙ y[e] with
     out[dst[e]]), x_grad[src[e]] += G(e)·(y[e] for MUL), y_grad[e] = G(e)·(x[src[e]] for MUL),
@@ -1299,7 +1105,7 @@ def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, mess
     divides each product by the count (out_grad·y / count: integer dtypes truncate there, as
     Paddle's)."""
     dt = dt_of(out_grad)
-    mop, red, mx, my = build_options()["variant"]
+    mop, red, mx, my = ctx.info.variant
     feats = list(out_grad.shape[1:])
     zero = tirx.const(0, dt.compute)
 
@@ -1323,7 +1129,7 @@ def send_ue_recv_grad(x, y, src_index, dst_index, out, dst_count, out_grad, mess
     dx = as_dtype(dt.compute)
     per_edge = reduce_to([n_e] + feats, [n_e] + list(x.shape[1:]), (False,) + mx,
                          lambda idx: grad_edge(idx[0], tuple(idx[1:]), True), dx, "x_msg")
-    x_grad = scatter_rows(n_e, list(x.shape[1:]), x.shape, dt, "x_grad",
+    x_grad = scatter_rows(ctx, n_e, list(x.shape[1:]), x.shape, dt, "x_grad",
                           lambda L, e: [L[1][e]], lambda L, e, f: L[0][(e,) + f],
                           [per_edge, src_index])
     return x_grad, y_grad
@@ -1345,12 +1151,12 @@ def _send_uv_view(call, metas, outs):
 
 @index_op(view=_send_uv_view, atomic=True, code_attrs=(), float_inputs=("x", "y", "out_grad"),
           dtypes=FLOATS + ("int32", "int64"))
-def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op):
+def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op, ctx):
     """out[e] = x[src[e]] ⊙ y[dst[e]] (⊙: ADD/MUL, features broadcast):
     x_grad[src[e]] += out_grad[e]·(y[dst[e]] for MUL), y_grad[dst[e]] += out_grad[e]·(x[src[e]]
     for MUL), each summed over the feature dims it was broadcast along; edges add up in order."""
     dt = dt_of(out_grad)
-    mop, mx, my = build_options()["variant"]
+    mop, mx, my = ctx.info.variant
     feats = list(out_grad.shape[1:])
     n_e = src_index.shape[0]
     dx = as_dtype(dt.compute)
@@ -1368,7 +1174,7 @@ def send_uv_grad(x, y, src_index, dst_index, out_grad, message_op):
         per_edge = reduce_to([n_e] + feats, [n_e] + list(t.shape[1:]), (False,) + mask,
                              lambda i, fx=for_x: grad_edge(i[0], tuple(i[1:]), fx), dx,
                              f"{name}_msg")
-        grads.append(scatter_rows(n_e, list(t.shape[1:]), t.shape, dt, f"{name}_grad",
+        grads.append(scatter_rows(ctx, n_e, list(t.shape[1:]), t.shape, dt, f"{name}_grad",
                                   lambda L, e: [L[1][e]], lambda L, e, f: L[0][(e,) + f],
                                   [per_edge, idx]))
     return tuple(grads)
@@ -1388,7 +1194,7 @@ def scan_scalars(n: int) -> dict:
     return {"scan_chunk": chunk, "scan_blocks": -(-n // chunk)}
 
 
-def blocked_scan(name, n, cols, inputs, outputs, state, identity, combine, element, emit, *,
+def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, element, emit, *,
                  reverse=False, exclusive=False):
     """A scan along an axis of length ``n`` for every column (``cols``: the column extents).
 
@@ -1405,7 +1211,7 @@ def blocked_scan(name, n, cols, inputs, outputs, state, identity, combine, eleme
     ones (sqrt(n) chunks per column), and the work is about twice a serial scan.
     """
     cols = list(cols)
-    scalars = build_options()["scalars"]
+    scalars = ctx.scalars
     ch, nb = scalars["scan_chunk"], scalars["scan_blocks"]
     part_shape = cols[:-1] + [nb] + cols[-1:] if cols else [nb]
 
@@ -1521,13 +1327,13 @@ def _masked_scalars(call, views):
 
 @index_op(view=_masked_view, float_inputs=("x", "out_grad"), index_dtypes=("bool",),
           host_scalars=_masked_scalars, dtypes=CPLX + ("bool",) + INT_DTYPES)
-def masked_select_grad(x, mask, out_grad):
+def masked_select_grad(x, mask, out_grad, ctx):
     """out = x[mask] (x and mask broadcast together, row-major order):  the k-th selected
     element's grad is out_grad[k], the rest 0, summed over the dims x was broadcast along. The
     position k of every element is an exclusive scan of the (broadcast) mask, walked as one flat
     row (blocked_scan). Complex: both parts of out_grad[k] move; bool: the sum is an OR."""
     dt = dt_of(out_grad)
-    xm, mm = build_options()["variant"]
+    xm, mm = ctx.info.variant
     rank = len(xm)
     full = [mask.shape[d] if xm[d] else x.shape[d] for d in range(rank)]
     total = i64(1)
@@ -1537,7 +1343,7 @@ def masked_select_grad(x, mask, out_grad):
     if any(mm):
         mask = te.compute(full, lambda *i: bload(mask, i, mm), name="mask_full")
     out_dtype = dt.storage if direct else dt.compute
-    lanes = [2] if pair() else []          # complex: the (re, im) pair of every element
+    lanes = [2] if ctx.pair else []          # complex: the (re, im) pair of every element
     T = T_()
 
     def flat(buf, tail=()):
@@ -1553,7 +1359,7 @@ def masked_select_grad(x, mask, out_grad):
             dest = flat(O[0]._buffer, lanes)
             dest[(i,) if part is None else (i, part)] = v.astype(dt.storage) if direct else v
 
-    (res,) = blocked_scan("masked", total, [], [mask, out_grad], [(full + lanes, out_dtype)], ("int64",),
+    (res,) = blocked_scan(ctx, "masked", total, [], [mask, out_grad], [(full + lanes, out_dtype)], ("int64",),
                           (i64(0),), lambda a, b: (a[0] + b[0],), element, emit, exclusive=True)
     if direct:
         return res

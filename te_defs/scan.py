@@ -18,7 +18,9 @@ from tvmgrad.lazy import tirx
 
 from ._extern import i64, tc
 from ._plan import check_range, host, split_axis
-from .indexing import blocked_scan, index_op, scan_host, scatter_along
+from tvmgrad.families.index import index_op
+
+from .indexing import blocked_scan, scan_host, scatter_along
 
 PATTERN = "annotated_loops"
 
@@ -71,7 +73,7 @@ def logaddexp(a, b):
 
 @index_op(view=_scan_view(("out_grad",)), code_attrs=("exclusive", "reverse"), pattern=PATTERN,
           host_scalars=scan_host("out_grad"))
-def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse):
+def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse, ctx):
     """x_grad = cumsum(out_grad) in the opposite direction (same exclusive; flatten: over the
     flattened tensor, reshaped back)."""
     dt = dt_of(out_grad)
@@ -84,7 +86,7 @@ def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse):
     def emit(L, O, col, i, s):
         O[0][at(col, i)] = s[0].astype(dt.storage)
 
-    (res,) = blocked_scan("x_grad", out_grad.shape[1], cols, [out_grad],
+    (res,) = blocked_scan(ctx, "x_grad", out_grad.shape[1], cols, [out_grad],
                           [(list(out_grad.shape), dt.storage)], (dt.compute,), (zero,),
                           lambda a, b: (a[0] + b[0],), element, emit,
                           reverse=not reverse, exclusive=exclusive)
@@ -96,7 +98,7 @@ def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse):
 
 @index_op(view=_scan_view(("out", "out_grad")), code_attrs=("exclusive", "reverse"),
           pattern=PATTERN, host_scalars=scan_host("out_grad"))
-def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
+def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse, ctx):
     """out = logcumsumexp(x): with the positive and negative parts of out_grad apart (Paddle's
     formula, stable for any magnitude):  x_grad = exp(x + S(log g⁺ − out)) − exp(x + S(log g⁻ −
     out)), S = logcumsumexp in the opposite direction (same exclusive; its empty sum is the
@@ -121,7 +123,7 @@ def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
         xv = tc(L[2][c], dt)
         O[0][c] = (tirx.exp(s[0] + xv) - tirx.exp(s[1] + xv)).astype(dt.storage)
 
-    (res,) = blocked_scan("x_grad", out_grad.shape[1], cols, [out, out_grad, x],
+    (res,) = blocked_scan(ctx, "x_grad", out_grad.shape[1], cols, [out, out_grad, x],
                           [(list(out_grad.shape), dt.storage)], (cd, cd), (low, low),
                           lambda a, b: (logaddexp(a[0], b[0]), logaddexp(a[1], b[1])),
                           element, emit, reverse=not reverse, exclusive=exclusive)
@@ -133,7 +135,7 @@ def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse):
 
 @index_op(view=_scan_view(("out", "out_grad"), axis_attr="dim"), code_attrs=(), pattern=PATTERN,
           host_scalars=scan_host("out_grad"))
-def cumprod_grad(x, out, out_grad, dim):
+def cumprod_grad(x, out, out_grad, dim, ctx):
     """out[j] = Π_{k<=j} x[k]:  x_grad[j] = out[j-1] · R[j] (out[-1] = 1) with R[j] = Σ_{p>=j}
     out_grad[p] · Π_{j<m<=p} x[m] — Paddle's product formula, exact with zeros in x (no division).
     R is the reverse affine recurrence R[j] = out_grad[j] + x[j+1]·R[j+1], scanned in parallel
@@ -156,7 +158,7 @@ def cumprod_grad(x, out, out_grad, dim):
         O[0][at(col, i)] = (before * s[1]).astype(dt.storage)
 
     # state (A, B): "then v -> A·v + B"; applying (A1, B1) then (A2, B2) is (A1·A2, A2·B1 + B2)
-    (res,) = blocked_scan("x_grad", n, cols, [out, out_grad, x],
+    (res,) = blocked_scan(ctx, "x_grad", n, cols, [out, out_grad, x],
                           [(list(out_grad.shape), dt.storage)], (cd, cd), (one, zero),
                           lambda p, q: (p[0] * q[0], q[0] * p[1] + q[1]), element, emit,
                           reverse=True)
@@ -183,21 +185,21 @@ def _cum_maxmin_view(call, metas, outs):
     return {n: shape for n in ("x", "indices", "out_grad", "x_grad")}, ()
 
 
-def _cum_maxmin(x, indices, out_grad):
+def _cum_maxmin(x, indices, out_grad, ctx):
     dt = dt_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
+    return scatter_along(ctx, out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
                          [out_grad, indices])
 
 
 @index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
-def cummax_grad(x, indices, out_grad, axis, dtype):
+def cummax_grad(x, indices, out_grad, axis, dtype, ctx):
     """x_grad[.., indices[.., j, ..], ..] += out_grad[.., j, ..] along ``axis`` (the forward's
     indices: where each running max came from, the latest on ties); 0 <= indices < n."""
-    return _cum_maxmin(x, indices, out_grad)
+    return _cum_maxmin(x, indices, out_grad, ctx)
 
 
 @index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
-def cummin_grad(x, indices, out_grad, axis, dtype):
+def cummin_grad(x, indices, out_grad, axis, dtype, ctx):
     """x_grad[.., indices[.., j, ..], ..] += out_grad[.., j, ..] along ``axis`` (the forward's
     indices: where each running min came from, the latest on ties); 0 <= indices < n."""
-    return _cum_maxmin(x, indices, out_grad)
+    return _cum_maxmin(x, indices, out_grad, ctx)

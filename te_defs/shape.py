@@ -25,7 +25,7 @@ Paddle 3.3.1 notes (the tests document each):
 
 Dtypes: every op takes the dtypes Paddle registers for it (CPU or GPU). Complex64/128 are stored
 as float32/64 with a trailing (re, im) dim of 2 (tvmgrad.dtypes): here every complex tensor of a
-kernel has that dim after the dims of its view (``pair()`` tells a builder), and both parts move
+kernel has that dim after the dims of its view (``ctx.pair`` tells a builder), and both parts move
 (or sum) alike. Integers copy and sum in their own dtype (wrapping as Paddle's); bool sums are ORs
 (overlapping windows, as a count != 0); a float attribute of an integer kernel (pad3d's
 pad_value) is truncated to it, as Paddle's static_cast.
@@ -39,8 +39,9 @@ import math
 import numpy as np
 
 from tvmgrad.dtypes import COMPLEX, FLOATS
-from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.shape import AliasOp, alias_op, dt_of, load, pair, shape_op, total, zero
+from tvmgrad.families.base import Plan
+from tvmgrad.families.signature import Buffer, Signature
+from tvmgrad.families.shape import AliasOp, alias_op, dt_of, load, shape_op, total, zero
 from tvmgrad.infer_meta import MetaError, norm_axes, norm_axis
 from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape
 from tvmgrad.lazy import te, tirx
@@ -196,22 +197,16 @@ class _ViewDtypeOp(AliasOp):
             return Plan(key=("alias", op, g.dtype.name), symbol=f"{op}_{g.dtype.name}_alias",
                         make=None, args=(), aliases={"input_grad": ("out_grad", tuple(out.shape))})
         ni, ng = math.prod(out.shape), math.prod(g.shape)
-        key = ("view_dtype", op, g.dtype.name, out.dtype.name)
-        symbol = f"{op}_{g.dtype.name}_{out.dtype.name}"
         if ni == 0:
-            return Plan(key=key + ("empty",), symbol=symbol + "_empty", make=None, args=())
-        args = (Arg("input", "out_grad", shape=(ng,)), Arg("output", "input_grad", shape=(ni,)))
-        return Plan(key=key, symbol=symbol, make=lambda: self._build_view(call.spec, g.dtype, out.dtype),
-                    args=args, pattern=self.pattern)
-
-    def _build_view(self, spec, gd, od):
-        def holder(name, dt):
-            shape = [te.var(f"{name}_n", "int64")] + ([2] if dt.lanes == 2 else [])
-            return te.placeholder(shape, dt.storage, name=name)
-
-        gt, like = holder("out_grad", gd), holder("input", od)
-        result = self.fn(input=like, out_grad=gt, dtype=None)
-        return self.prim_func(spec, [gt, result])
+            return Plan(key=("view_dtype", op, g.dtype.name, out.dtype.name, "empty"),
+                        symbol=f"{op}_{g.dtype.name}_{out.dtype.name}_empty", make=None, args=())
+        # every tensor flat: one size var of its own, (re, im) pairs after it
+        sig = Signature("view_dtype", op, g.dtype, (
+            Buffer("input", "out_grad", g.dtype, ("out_grad_n",), view=(ng,)),
+            Buffer("input", "input", out.dtype, ("input_n",), param=False),
+            Buffer("output", "input_grad", out.dtype, ("input_n",), view=(ni,))))
+        spec = call.spec
+        return sig.plan(lambda static: sig.build(self, spec, {"dtype": None}), pattern=self.pattern)
 
 
 def _flat_scalar(t, j):
@@ -576,7 +571,7 @@ def _pad_stage(src, dims, mode, out_dtype):
                                                              call.attrs["data_format"]),
                                     "grad_out_grad": _pad_view(outs[0].shape,
                                                                call.attrs["data_format"])})
-def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format):
+def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format, ctx):
     """grad_out_grad = pad3d(grad_x_grad) (Paddle's pad3d kernel): out[o] = x[map(o)] per dim,
     map = o - a reflected (reflect), clamped (replicate) or wrapped (circular); constant mode
     writes ``pad_value`` outside (complex: pad_value + 0i; integers: pad_value truncated, as
@@ -604,7 +599,7 @@ def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format):
             return x(*idx)
         inside = tirx.all(*[_inside(v, pairs[k][0], x.shape[k + 1]) for k, v in enumerate((d, h, w))])
         fill = pad_value.astype(str(x.dtype))
-        if pair():                                   # the imaginary part of the fill is 0
+        if ctx.pair:                                   # the imaginary part of the fill is 0
             fill = tirx.Select(c[-1] == 0, fill, zero(x))
         return te.if_then_else(inside, x(*idx), fill)
     return te.compute(shape, body, name="grad_out_grad")
@@ -633,11 +628,11 @@ def _diag_check(call, outs):
 @shape_op(runtime=("offset",), validate=_diag_check, dtypes=CPLX + ("int32", "int64"),
           canon=lambda call, outs: {"offset": (max(-int(call.attrs["offset"]), 0),
                                                max(int(call.attrs["offset"]), 0))})
-def diag_grad(x, out_grad, offset):
+def diag_grad(x, out_grad, offset, ctx):
     """x 1-D: x_grad[i] = out_grad[i + r0, i + c0] (the offset-th diagonal; r0 = max(-offset, 0),
     c0 = max(offset, 0)). x 2-D: x_grad[i, j] = out_grad[i - r0] where j - i = offset, else 0."""
     r0, c0 = offset
-    if len(x.shape) - pair() == 1:
+    if len(x.shape) - ctx.pair == 1:
         return te.compute(x.shape, lambda i, *p: out_grad[(i + r0, i + c0) + p], name="x_grad")
     return te.compute(x.shape, lambda i, j, *p: te.if_then_else(
         j - i == c0 - r0, out_grad[(i - r0,) + p], zero(out_grad)), name="x_grad")
@@ -670,11 +665,11 @@ def _diagonal_check(call, outs):
                                     "axis2": _diagonal_parts(call)[2],
                                     "offset": (max(-int(call.attrs["offset"]), 0),
                                                max(int(call.attrs["offset"]), 0))})
-def diagonal_grad(x, out_grad, offset, axis1, axis2):
+def diagonal_grad(x, out_grad, offset, axis1, axis2, ctx):
     """x_grad[idx] = out_grad[idx without axis1/axis2, idx[axis1] - r0] where idx[axis2] -
     idx[axis1] = offset (r0 = max(-offset, 0)), else 0."""
     r0, c0 = offset
-    rank = len(x.shape) - pair()
+    rank = len(x.shape) - ctx.pair
 
     def body(*i):
         rest = [i[d] for d in range(rank) if d not in (axis1, axis2)]
@@ -1020,13 +1015,13 @@ def _as_strided_canon(call, outs):
                                         _as_strided_parts(call)),
           views=lambda call, outs: {"input": (math.prod(call.meta("input").shape),),
                                     "input_grad": (math.prod(call.meta("input").shape),)})
-def as_strided_grad(input, out_grad, dims, stride, offset):
+def as_strided_grad(input, out_grad, dims, stride, offset, ctx):
     """input_grad.flat[p] = Σ out_grad[idx] over the view elements idx with offset + Σ idx·stride
     = p (offset in elements here; the attribute is in bytes). Without overlap the idx is found by
     greedy division (strides in decreasing order); with overlap the largest-stride dim is solved
     for and the other dims are summed over."""
     mode, order = dims
-    rank = len(out_grad.shape) - pair()          # (a complex pair follows, on both tensors)
+    rank = len(out_grad.shape) - ctx.pair          # (a complex pair follows, on both tensors)
     shape = out_grad.shape
     dt = dt_of(out_grad)
     acc = _sum_dtype(dt)

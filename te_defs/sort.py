@@ -20,7 +20,9 @@ from tvmgrad.lazy import te, tirx
 
 from ._extern import i64, tc
 from ._plan import check_range, host, split_axis
-from .indexing import build_options, index_op, scatter_along
+from tvmgrad.families.index import index_op
+
+from .indexing import scatter_along
 
 
 def _along(op, call, x, idx, g, axis_attr="axis"):
@@ -46,9 +48,9 @@ def _along(op, call, x, idx, g, axis_attr="axis"):
             "indices": (outer, k) + tail, "out_grad": (outer, k) + tail}, ()
 
 
-def _assign(x, indices, out_grad):
+def _assign(x, indices, out_grad, ctx):
     dt = dt_of(out_grad)
-    return scatter_along(out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
+    return scatter_along(ctx, out_grad, 1, x.shape, dt, "x_grad", lambda L, c: L[1][tuple(c)],
                          [out_grad, indices], assign=True)
 
 
@@ -61,10 +63,10 @@ def _argsort_view(call, metas, outs):
 
 
 @index_op(view=_argsort_view, code_attrs=(), float_inputs=("x", "out_grad"))
-def argsort_grad(indices, x, out_grad, axis, descending, stable):
+def argsort_grad(indices, x, out_grad, axis, descending, stable, ctx):
     """x_grad[.., indices[.., i, ..], ..] = out_grad[.., i, ..] along ``axis`` (a permutation;
     for a repeated index the last i wins, as Paddle's CPU kernel)."""
-    return _assign(x, indices, out_grad)
+    return _assign(x, indices, out_grad, ctx)
 
 
 def _topk_view(call, metas, outs):
@@ -81,10 +83,10 @@ def _topk_view(call, metas, outs):
 
 
 @index_op(view=_topk_view, code_attrs=(), float_inputs=("x", "out_grad"))
-def topk_grad(x, indices, out_grad, k, axis, largest, sorted):
+def topk_grad(x, indices, out_grad, k, axis, largest, sorted, ctx):
     """x_grad = 0 except x_grad[.., indices[.., i, ..], ..] = out_grad[.., i, ..] along ``axis``
     (for a repeated index the last i wins, as Paddle's CPU kernel)."""
-    return _assign(x, indices, out_grad)
+    return _assign(x, indices, out_grad, ctx)
 
 
 # ------------------------------------------------------------------------------------------
@@ -190,14 +192,14 @@ def _unlin(index, dims):
 
 @index_op(view=_nanmedian_view, code_attrs=(), float_inputs=("x", "out_grad"),
           index_dtypes=("int64",))
-def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode):
+def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
     """Per median (the reduced dims flattened in order, medians: their indices, -1 when every
     element is NaN), as Paddle 3.3.1's CPU kernel: with v the median value (the average of the
     two middles for avg, NaN for -1), if ``axis`` names one dim and mode is min, x_grad[m] =
     out_grad; otherwise out_grad is split evenly over the elements equal to v (NaN matching
     NaN), or, when none is (avg of two different middles), halved between the two indices."""
     dt = dt_of(out_grad)
-    axes, mode_, evenly = build_options()["variant"]
+    axes, mode_, evenly = ctx.info.variant
     rank = len(x.shape)
     kept_ax = [a for a in range(rank) if a not in axes]
     kdims = [x.shape[a] for a in kept_ax]

@@ -19,7 +19,7 @@ that one kernel serves every size *and* every value of the attributes that do no
   no_need_buffer ones): any dtype, never passed to the kernel.
 
 Dtypes (``dtypes=``): complex64/128 tensors reach the builder with the trailing (re, im) dim of 2
-that the runtime passes (after the dims of their view; ``pair()`` tells the builder, so an index
+that the runtime passes (after the dims of their view; ``ctx.pair`` tells a builder that takes ``ctx``, so an index
 map writes ``lambda o, j, *c: g[o, j + off, *c]`` and both parts move alike). Integer and bool
 kernels compute in their own dtype; a float runtime attribute of such a kernel is passed as that
 dtype (truncated toward 0, as C++'s static_cast); ``reduce_to`` sums integers wrapping, as
@@ -33,27 +33,18 @@ passes ``alias=True`` and a copy otherwise. When an output's dtype differs from 
 
 from __future__ import annotations
 
-import hashlib
 import math
-import threading
+from dataclasses import replace
 from typing import Callable
 
 from ..dtypes import DType
-from .base import Arg, OpError, Plan, scalar_arg
+from .base import OpError, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
-from .tensor import TensorOp, builder_kwargs, call_builder, output_params
+from .signature import Scalar, Signature, buffers_of
+from .tensor import TensorOp
 
 __all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
-           "reduce_to", "pair"]
-
-_BUILD = threading.local()
-
-
-def pair() -> bool:
-    """Is the kernel being built complex? Then every complex tensor has one more innermost dim of
-    2 (re, im) than its view."""
-    return bool(getattr(_BUILD, "pair", False))
-
+           "reduce_to"]
 
 def _as_list(meta):
     return meta if isinstance(meta, list) else [meta]
@@ -90,122 +81,38 @@ class ShapeOp(TensorOp):
         if self.canon is not None:
             attrs.update(self.canon(call, outs))
         views = self.views(call, outs) if self.views is not None else {}
-        skip = self._skip(spec)
-
-        def shapes_of(name, meta):
-            if name in views:
-                v = views[name]
-                return [tuple(s) for s in v] if isinstance(meta, list) else tuple(v)
-            return [m.shape for m in meta] if isinstance(meta, list) else meta.shape
-
         metas = {n: call.meta(n) for n in present}
-        in_shapes = {n: shapes_of(n, metas[n]) for n in present}
-        out_shapes = {o.name: (None if m is None else shapes_of(o.name, m))
-                      for o, m in zip(spec.outputs, outs)}
+        every = dict(metas, **{o.name: m for o, m in zip(spec.outputs, outs) if m is not None})
 
-        def unit_mask(shape):
-            return tuple(d == 1 for d in shape)
+        def unit(name, shape):    # a unit dim of a ``unit_dims`` input is baked in (a broadcast)
+            return tuple(1 if name in self.unit_dims and d == 1 else None for d in shape)
 
-        layout = []
-        for n in present:
-            shp, m = in_shapes[n], metas[n]
-            units = n in self.unit_dims
-            if isinstance(m, list):
-                layout.append((n, tuple((len(s), x.dtype.name, unit_mask(s) if units else None)
-                                        for s, x in zip(shp, m))))
-            else:
-                layout.append((n, (len(shp), m.dtype.name, unit_mask(shp) if units else None)))
-        out_layout = []
-        for o, m in zip(spec.outputs, outs):
-            if m is None:
-                out_layout.append(None)
-            elif isinstance(m, list):
-                out_layout.append(tuple((len(s), x.dtype.name) for s, x in zip(out_shapes[o.name], m)))
-            else:
-                out_layout.append((len(out_shapes[o.name]), m.dtype.name))
+        dims = {}
+        for n, m in every.items():
+            shapes = views.get(n, [x.shape for x in m] if isinstance(m, list) else m.shape)
+            dims[n] = [unit(n, s) for s in shapes] if isinstance(m, list) else unit(n, shapes)
         f_runtime = self.float_runtime(spec)
         i_runtime = [n for n in self.runtime_ints if n in attrs]
+        scalars = [Scalar(a.name, a.dtype, a.value)
+                   for a in (scalar_arg(op, n, dt.compute, attrs[n]) for n in f_runtime)]
+        for n in i_runtime:
+            v = attrs[n]
+            if isinstance(v, (list, tuple)):
+                scalars += [Scalar(f"{n}{i}", "int64", int(x)) for i, x in enumerate(v)]
+            else:
+                scalars.append(Scalar(n, "int64", int(v)))
         static = tuple((p.name, attrs[p.name]) for p in spec.attrs
                        if p.name not in f_runtime and p.name not in i_runtime)
-        runtime_shape = tuple((n, len(attrs[n]) if isinstance(attrs[n], (list, tuple)) else None)
-                              for n in i_runtime)
-        key = ("shape", op, dt.name, tuple(layout), tuple(out_layout), static, runtime_shape,
-               tuple(sorted(f_runtime)))
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-
-        args = []
-        for n in present:
-            if n in skip:
-                continue
-            if isinstance(metas[n], list):
-                args += [Arg("input", n, index=i, shape=in_shapes[n][i]) for i in range(len(metas[n]))]
-            else:
-                args.append(Arg("input", n, shape=in_shapes[n]))
-        args += [scalar_arg(op, n, dt.compute, attrs[n])
-                 for n in f_runtime]
-        for n in i_runtime:
-            v = attrs[n]
-            if isinstance(v, (list, tuple)):
-                args += [Arg("scalar", f"{n}{i}", dtype="int64", value=int(x)) for i, x in enumerate(v)]
-            else:
-                args.append(Arg("scalar", n, dtype="int64", value=int(v)))
-        for o, m in zip(spec.outputs, outs):
-            if isinstance(m, list):
-                args += [Arg("output", o.name, index=i, shape=out_shapes[o.name][i])
-                         for i in range(len(m))]
-            elif m is not None:
-                args.append(Arg("output", o.name, shape=out_shapes[o.name]))
-        units = {n: [unit_mask(s) for s in _as_list(in_shapes[n])] for n in self.unit_dims
-                 if n in in_shapes}
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
-                    make=lambda: self._build(spec, dt, metas, in_shapes, units, outs, f_runtime,
-                                             i_runtime, attrs),
-                    args=tuple(args), pattern=self.pattern)
-
-    # -- TE -----------------------------------------------------------------------------------
-    def _build(self, spec, dt: DType, metas, in_shapes, units, outs, f_runtime, i_runtime, attrs):
-        from tvm import te, tirx
-
-        def holder(name, shape, meta, mask):
-            dims = [1 if (mask and mask[d]) else te.var(f"{name}_d{d}", "int64")
-                    for d in range(len(shape))]
-            if meta.dtype.lanes == 2:
-                dims.append(tirx.IntImm("int64", 2))        # complex: the (re, im) pair
-            return te.placeholder(dims, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n, m in metas.items():
-            if isinstance(m, list):
-                masks = units.get(n, [None] * len(m))
-                tensors[n] = [holder(f"{n}{i}", s, x, k)
-                              for i, (s, x, k) in enumerate(zip(in_shapes[n], m, masks))]
-            else:
-                tensors[n] = holder(n, in_shapes[n], m, units.get(n, [None])[0])
-        scalars = {n: te.var(n, dt.compute) for n in f_runtime}
-        ints = {}
-        flat_ints = []
-        for n in i_runtime:
-            v = attrs[n]
-            if isinstance(v, (list, tuple)):
-                ints[n] = [te.var(f"{n}{i}", "int64") for i in range(len(v))]
-                flat_ints += ints[n]
-            else:
-                ints[n] = te.var(n, "int64")
-                flat_ints.append(ints[n])
-        previous = getattr(_BUILD, "pair", False)
-        _BUILD.pair = dt.lanes == 2
-        try:
-            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, ints, attrs))
-        finally:
-            _BUILD.pair = previous
         skip = self._skip(spec)
-        params = []
-        for n in metas:
-            if n not in skip:
-                params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += [scalars[n] for n in f_runtime] + flat_ints
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
+        buffers = tuple(replace(b, param=b.param and b.name not in skip)
+                        for b in buffers_of(spec, metas, outs, views=views, dims=dims))
+        sig = Signature("shape", op, dt, buffers, tuple(scalars), (static,))
+
+        def ints(ctx):       # a list-valued runtime attribute reaches the builder as a list of vars
+            return {n: [ctx.scalars[f"{n}{i}"] for i in range(len(attrs[n]))]
+                    for n in i_runtime if isinstance(attrs[n], (list, tuple))}
+
+        return sig.plan(lambda static: sig.build(self, spec, attrs, values=ints), pattern=self.pattern)
 
 
 class AliasOp(ShapeOp):

@@ -18,14 +18,14 @@ schedule module to use, ``schedules/<target>/<pattern>.py``; default: the generi
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Callable
 
 from ..dtypes import FLOATS, DType
 from ..infer_meta import is_symbolic, same_dim
-from .base import Arg, OpImpl, Plan, scalar_arg
+from .base import OpImpl, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
+from .signature import Scalar, Signature, buffers_of
 
 __all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
            "kernel_params", "output_params", "view_shape"]
@@ -63,57 +63,28 @@ class TensorOp(OpImpl):
         self.check_index_dtypes(call, [n for n in data if n not in floats], self.index_dtypes)
         return present, dt, {n: call.meta(n) for n in present}
 
+    def signature(self, call, dt: DType, metas: dict, outs, *, family="tensor", facts=(),
+                  views=None, dims=None, scalars=None, index="int64"):
+        """The Signature of this call's kernel: ``metas``' inputs and ``outs``' outputs (their
+        own shapes unless ``views``/``dims`` say otherwise), the runtime float attributes as
+        scalars (or ``scalars``), the baked attributes and ``facts`` as its facts."""
+        runtime = self.runtime_attrs(call.spec)
+        if scalars is None:
+            scalars = [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
+            scalars = [Scalar(a.name, a.dtype, a.value) for a in scalars]
+        static = tuple((p.name, call.attrs[p.name]) for p in call.spec.attrs
+                       if p.name not in runtime)
+        return Signature(family, call.op, dt, buffers_of(call.spec, metas, outs, views=views, dims=dims),
+                         tuple(scalars), (static,) + tuple(facts), index)
+
     def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
         present, dt, metas = self.checked_inputs(call)
         if self.validate is not None and call.has_data:
             self.validate(call, outs)
-        layout = tuple((n, tuple((m.ndim, m.dtype.name) for m in metas[n]) if isinstance(metas[n], list)
-                        else (metas[n].ndim, metas[n].dtype.name)) for n in present)
-        out_layout = tuple(None if m is None else
-                           (tuple(x.dtype.name for x in m) if isinstance(m, list) else m.dtype.name)
-                           for m in outs)
-        runtime = self.runtime_attrs(spec)
-        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
-        key = ("tensor", op, dt.name, layout, out_layout, static)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = []
-        for n in present:
-            if n in spec.no_need_buffer:
-                continue                      # the kernel gets its shape through other buffers
-            if isinstance(metas[n], list):
-                args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
-            else:
-                args.append(Arg("input", n))
-        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
-        for o, m in zip(spec.outputs, outs):
-            if isinstance(m, list):
-                args += [Arg("output", o.name, index=i) for i in range(len(m))]
-            elif m is not None:
-                args.append(Arg("output", o.name))
-        attrs = dict(call.attrs)
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
-                    make=lambda: self._make(spec, dt, metas, outs, runtime, attrs),
-                    make_static=lambda inline=False: self._make(spec, dt, metas, outs, runtime, attrs,
-                                                                static=True),
-                    args=tuple(args), pattern=self.pattern)
-
-    def _make(self, spec, dt: DType, metas, outs, runtime, attrs, static=False):
-        from tvm import te, tirx
-
-        def holder(name, meta):
-            shape = ([tirx.IntImm("int64", int(n)) for n in meta.shape] if static
-                     else [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)])
-            if meta.dtype.lanes == 2:
-                shape.append(2)
-            return te.placeholder(shape, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n, m in metas.items():
-            tensors[n] = [holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list) else holder(n, m)
-        scalars = {n: te.var(n, dt.compute) for n in runtime}
-        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        return self.prim_func(spec, kernel_params(spec, tensors, scalars.values(), outs, result))
+        sig = self.signature(call, dt, metas, outs)
+        spec, attrs = call.spec, dict(call.attrs)
+        return sig.plan(lambda static: sig.build(self, spec, attrs, static=static),
+                        pattern=self.pattern, static=True)
 
 
 def builder_kwargs(spec, *sources) -> dict:
