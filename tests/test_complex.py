@@ -389,35 +389,14 @@ def test_angle_grad_is_the_gradient():
 def test_complex_kernels_compile_for_cuda():
     """The complex variants of the pointwise/mixed kernels compile to cubin without spills (the
     generic CUDA build test only sees real samples for pointwise ops)."""
-    from tvmgrad.cuda import nvcc_path
-    if nvcc_path() is None:
-        pytest.fail("nvcc is required for the CUDA build checks")
-    from tvmgrad.build import compile_lowered, lower
-    from tvmgrad.call import bind
-    from tvmgrad.cuda import compile_cubin, device_source
-    from tvmgrad.targets import resolve
-    target = resolve({"kind": "cuda", "arch": "sm_80"})
+    from cubins import assert_compiles_without_spills, plans_of
     z, r = crand((3, 4)), rng(29).standard_normal((3, 4))
     calls = [("sin_grad", {"x": z, "out_grad": z}, {}), ("pow_grad", {"x": z, "out_grad": z}, {"y": 2.5}),
              ("softsign_grad", {"x": z, "out_grad": z}, {}), ("abs_grad", {"x": z, "out_grad": r}, {}),
              ("silu_grad", {"x": z, "out": z, "out_grad": z}, {}),
              ("softplus_grad", {"x": z.astype("complex64"), "out_grad": z.astype("complex64")},
               {"beta": 1.0, "threshold": 20.0})]
-    funcs = {}
-    for op, inputs, attrs in calls:
-        entry = tvmgrad.registry.get(op)
-        call = bind(entry.spec, inputs, attrs)
-        plan = entry.impl.plan(call, tvmgrad.registry.infer_outputs(entry, call))
-        funcs[plan.symbol] = lower(plan, target)["main"]
-    source = device_source(compile_lowered(funcs, target))
-    for arch in ("sm_80", "sm_90"):
-        cubin = compile_cubin(source, arch)
-        assert cubin.data[:4] == b"\x7fELF"
-        for sym in funcs:
-            kernels = {k: s for k, s in cubin.kernels.items() if k.startswith(sym + "_kernel")}
-            assert kernels, sym
-            for name, s in kernels.items():
-                assert s.registers > 0 and s.spill_stores == 0 and s.spill_loads == 0, (name, s)
+    assert_compiles_without_spills(plans_of(calls))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

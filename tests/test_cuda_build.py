@@ -53,28 +53,20 @@ def _build_group(job):
     """Lower, compile and nvcc one family in one dtype for some archs; returns (plans, stats or
     error)."""
     family, dtype, ops, archs = job
+    from cubins import cuda_source, plans_of
     from harness import cast
-    from tvmgrad.build import compile_lowered, lower
-    from tvmgrad.call import bind
-    from tvmgrad.cuda import compile_cubin, device_source
-    from tvmgrad.targets import resolve
-    target = resolve({"kind": "cuda", "arch": "sm_80"})
-    plans, funcs = [], {}
+    from tvmgrad.cuda import compile_cubin
+    found = []
     try:
         for op in ops:
-            entry = registry.get(op)
             calls = [sample(op)] + ([broadcast_variant(op)] if broadcast_variant(op) else [])
-            for inputs, attrs in calls:
-                if dtype in HALF and _has_complex(inputs):
-                    continue    # no half-precision complex dtype: the complex kernels run in f32/f64
-                call = bind(entry.spec, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
-                plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
-                if plan.make is None:
-                    continue
-                if plan.symbol not in funcs:  # ops sharing a kernel (invoke ops) compile it once
-                    funcs[plan.symbol] = lower(plan, target)["main"]
-                plans.append((op, plan.symbol))
-        source = device_source(compile_lowered(funcs, target)) if funcs else ""
+            calls = [(op, {k: cast(v, dtype) for k, v in inputs.items()}, attrs)
+                     for inputs, attrs in calls
+                     # no half-precision complex dtype: the complex kernels run in f32/f64
+                     if not (dtype in HALF and _has_complex(inputs))]
+            found += plans_of(calls)
+        plans = [(op, plan.symbol) for op, plan in found]
+        source = cuda_source(found)
         stats = {}
         for arch in archs:
             if source:
@@ -84,7 +76,7 @@ def _build_group(job):
                                for k, s in cubin.kernels.items()}
         return plans, stats, None
     except Exception as exc:  # noqa: BLE001 - reported per group by the test
-        return plans, {}, f"{type(exc).__name__}: {exc}"[-3000:]
+        return [(op, plan.symbol) for op, plan in found], {}, f"{type(exc).__name__}: {exc}"[-3000:]
 
 
 def _build_family(job):

@@ -830,28 +830,23 @@ def test_send_uv_atomic_and_errors():
 
 @pytest.mark.cuda
 def test_cuda_atomic_and_deterministic_variants():
+    import re
+
+    from cubins import cuda_source, kernels_of, plans_of
     from samples import FACTORIES, sample
     from tvmgrad import registry
-    from tvmgrad.build import compile_plans
-    from tvmgrad.call import bind
-    from tvmgrad.cuda import compile_cubin, device_source, nvcc_path
-    from tvmgrad.targets import resolve
-    if nvcc_path() is None:
-        pytest.fail("nvcc is needed for the CUDA build checks (the cuda marker deselects them)")
+    from tvmgrad.cuda import compile_cubin
     ops = [op for op in FACTORIES if registry.get(op).state == "implemented"
            and registry.get(op).impl.family in ("indexing", "scan", "sort")
            and getattr(registry.get(op).impl, "atomic", False)]
     assert len(ops) >= 10
     plans = []
     for op in ops:
-        entry = registry.get(op)
         inputs, attrs = sample(op)
-        for det in (True, False):
-            call = bind(entry.spec, {k: cast(v, "float32") for k, v in inputs.items()}, attrs,
-                        deterministic=det)
-            plans.append((op, det, entry.impl.plan(call, registry.infer_outputs(entry, call))))
-    source = device_source(compile_plans([p for _, _, p in plans], resolve({"kind": "cuda", "arch": "sm_80"})))
-    import re
+        calls = [(op, {k: cast(v, "float32") for k, v in inputs.items()}, attrs)]
+        plans += [(op, det, plan) for det in (True, False)
+                  for _, plan in plans_of(calls, deterministic=det)]
+    source = cuda_source([(op, plan) for op, _, plan in plans])
     kernels = {}
     heads = list(re.finditer(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\([^)]*\)\s*\{',
                              source))
@@ -864,8 +859,8 @@ def test_cuda_atomic_and_deterministic_variants():
         assert (atomics == 0) == det, f"{op} deterministic={det}: {atomics} kernels with atomics"
     stats = compile_cubin(source, "sm_90").kernels
     for op, det, plan in plans:
-        for k in (s for n, s in stats.items() if n.startswith(plan.symbol + "_kernel")):
-            assert not k.spills, f"{k.name} ({op}, deterministic={det}) spills: {k}"
+        for name, k in kernels_of(stats, plan.symbol).items():
+            assert not k.spills, f"{name} ({op}, deterministic={det}) spills: {k}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -1208,36 +1203,6 @@ def test_extra_dtypes_are_what_paddle_registers():
 EXTRA_SLOW = ("complex128", "bool", "int8", "uint8", "int16", "int64")     # (the other dtypes' paths are the same)
 
 
-def cubin_check(calls):
-    """Lower ``calls`` [(op, inputs, attrs)] for CUDA, compile them with nvcc for sm_80 and sm_90:
-    every kernel is there, uses registers and does not spill."""
-    from tvmgrad import registry
-    from tvmgrad.build import compile_lowered, lower
-    from tvmgrad.call import bind
-    from tvmgrad.cuda import compile_cubin, device_source, nvcc_path
-    from tvmgrad.targets import resolve
-    if nvcc_path() is None:
-        pytest.fail("nvcc is needed for the CUDA build checks (the cuda marker deselects them)")
-    target = resolve({"kind": "cuda", "arch": "sm_80"})
-    funcs, symbols = {}, []
-    for op, inputs, attrs in calls:
-        entry = registry.get(op)
-        call = bind(entry.spec, inputs, attrs)
-        plan = entry.impl.plan(call, registry.infer_outputs(entry, call))
-        if plan.make is None:
-            continue
-        funcs.setdefault(plan.symbol, lower(plan, target)["main"])
-        symbols.append((op, plan.symbol))
-    assert symbols
-    source = device_source(compile_lowered(funcs, target))
-    for arch in ("sm_80", "sm_90"):
-        stats = compile_cubin(source, arch).kernels
-        for op, symbol in symbols:
-            kernels = [s for name, s in stats.items() if name.startswith(symbol + "_kernel")]
-            assert kernels, f"{op}: no kernel {symbol} on {arch}"
-            for k in kernels:
-                assert k.registers > 0 and not k.spills, f"{op} on {arch}: {k}"
-
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [pytest.param(d, marks=[pytest.mark.slow] if d in EXTRA_SLOW else [])
@@ -1245,6 +1210,7 @@ def cubin_check(calls):
 def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
     """Every indexing op's kernel in each complex/integer/bool dtype it takes (its example call
     in that dtype) compiles for CUDA."""
+    from cubins import assert_compiles_without_spills, plans_of
     from samples import implemented_ops, sample
     calls = []
     for op in implemented_ops():
@@ -1252,4 +1218,4 @@ def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
         if impl.family == "indexing" and dtype in impl.dtypes:
             inputs, attrs = sample(op)
             calls.append((op, {k: cast(v, dtype) for k, v in inputs.items()}, attrs))
-    cubin_check(calls)
+    assert_compiles_without_spills(plans_of(calls))

@@ -1072,13 +1072,13 @@ def test_shape_extra_dtypes_are_what_paddle_registers():
 def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
     """Every kernel of the complex/integer/bool cases above compiles for CUDA (sm_80, sm_90)
     without spills."""
-    from test_indexing import cubin_check
+    from cubins import assert_compiles_without_spills, plans_of
     calls = [(op, *make(dtype)[:2]) for op, _, make in _extra_cases() if dtype in extra_dtypes(op)]
     if dtype in extra_dtypes("pad3d_double_grad"):
         calls += [("pad3d_double_grad", {"grad_x_grad": _d(dtype, 2, 3, 3, 4, 5)},
                    {"paddings": [1, 2, 2, 1, 1, 0], "mode": m, "pad_value": 0.5, "data_format": "NDHWC"})
                   for m in ("constant", "reflect", "replicate", "circular")]
-    cubin_check(calls)
+    assert_compiles_without_spills(plans_of(calls))
 
 
 # ------------------------------------------------------------------------------------------

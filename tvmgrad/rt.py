@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = ["load_runtime", "load_module", "create_view", "device", "to_device", "to_host",
            "cuda_available", "empty", "copy", "shape", "Foreign", "is_foreign", "framework_of",
-           "wrap", "HOST", "CUDA"]
+           "wrap", "shape_of", "is_contiguous", "data_ptr", "HOST", "CUDA"]
 
 
 def _tvm_lib_dir() -> str:
@@ -298,6 +298,29 @@ def contiguous(obj):
         return np.ascontiguousarray(np.from_dlpack(t))
     raise ValueError(f"a non-contiguous {type(obj).__name__} on {t.device}: tvmgrad cannot make it "
                      f"contiguous; pass a contiguous array")
+
+
+def shape_of(value) -> tuple:
+    """The shape of any array (numpy, torch, a DLPack producer)."""
+    return tuple(value.shape) if hasattr(value, "shape") else tuple(to_tensor(value).shape)
+
+
+def is_contiguous(value) -> bool:
+    """Is any array (numpy, torch, a DLPack producer) C-contiguous?"""
+    if isinstance(value, np.ndarray):
+        return value.flags.c_contiguous
+    if framework_of(value) == "torch":
+        return value.is_contiguous()
+    return to_tensor(value).is_contiguous()
+
+
+def data_ptr(value) -> int:
+    """The address of any array's first element (numpy, torch, a DLPack producer)."""
+    if isinstance(value, np.ndarray):
+        return value.ctypes.data
+    if framework_of(value) == "torch":
+        return value.data_ptr()
+    return to_tensor(value).data_ptr()
 
 
 def _module(framework: str):

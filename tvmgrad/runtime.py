@@ -284,31 +284,11 @@ def _where(value) -> tuple[str, int]:
     return rt.device_of(value)
 
 
-def _shape_of(value) -> tuple:
-    return tuple(value.shape) if hasattr(value, "shape") else tuple(rt.to_tensor(value).shape)
-
-
-def _contiguous(value) -> bool:
-    if isinstance(value, np.ndarray):
-        return value.flags.c_contiguous
-    if rt.framework_of(value) == "torch":
-        return value.is_contiguous()
-    return rt.to_tensor(value).is_contiguous()
-
-
-def _data_ptr(value) -> int:
-    if isinstance(value, np.ndarray):
-        return value.ctypes.data
-    if rt.framework_of(value) == "torch":
-        return value.data_ptr()
-    return rt.to_tensor(value).data_ptr()
-
-
 def _same_memory(a, b) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return np.shares_memory(a, b)
     try:
-        return _data_ptr(a) == _data_ptr(b)
+        return rt.data_ptr(a) == rt.data_ptr(b)
     except Exception:  # noqa: BLE001
         return False
 
@@ -318,10 +298,10 @@ def _inplace_view(op: str, name: str, array, meta: TensorMeta, where):
     grads that reshape, e.g. flatten_grad); None when the sizes differ and it cannot hold it."""
     array = _raw(array)
     size = int(np.prod(meta.shape, dtype=np.int64))
-    shape = _shape_of(array)
+    shape = rt.shape_of(array)
     if math.prod(shape) != size:
         return None
-    if shape != meta.shape and _contiguous(array):
+    if shape != meta.shape and rt.is_contiguous(array):
         array = rt.reshape(array, meta.shape)
     return _check_out(op, name, array, meta, where)
 
@@ -335,12 +315,12 @@ def _check_out(op: str, name: str, array, meta: TensorMeta, where=None):
         dt = as_dtype(array.dtype) if hasattr(array, "dtype") else as_dtype(str(rt.to_tensor(array).dtype))
     except TypeError:
         dt = None
-    shape = _shape_of(array)
+    shape = rt.shape_of(array)
     if shape != meta.shape or dt != meta.dtype:
         raise ValueError(f"{op}: output {name!r} must have shape {list(meta.shape)} and dtype "
                          f"{meta.dtype.name}, got {list(shape)} {getattr(array, 'dtype', '?')}")
     writable = array.flags.writeable if isinstance(array, np.ndarray) else True
-    if not _contiguous(array) or not writable:
+    if not rt.is_contiguous(array) or not writable:
         raise ValueError(f"{op}: output {name!r} must be a writable C-contiguous array")
     if where is not None and _where(array) != where:
         raise ValueError(f"{op}: output {name!r} is on {_describe(_where(array))}, but this call "
@@ -444,7 +424,7 @@ class _Bound:
         if isinstance(buffer, np.ndarray):
             return _misaligned(buffer, self.align)
         align = self.align or 1
-        return align > 1 and _data_ptr(buffer) % align != 0
+        return align > 1 and rt.data_ptr(buffer) % align != 0
 
     def execute(self, tensors: dict, out: dict | None = None, inplace: bool = False) -> dict:
         spec = self.spec
@@ -601,7 +581,7 @@ def _foreign_arg(value, how, view, align: int | None):
     if fw == "torch":
         if value.requires_grad:
             value = value.detach()
-        if not value.is_contiguous():
+        if not value.isrt.is_contiguous():
             value = value.contiguous()
         if align and value.numel() and value.data_ptr() % align:
             value = value.clone()           # torch's allocator aligns to 512 bytes
@@ -610,7 +590,7 @@ def _foreign_arg(value, how, view, align: int | None):
         tensor = rt.to_tensor(value)
     else:
         tensor = rt.to_tensor(value)
-        if not tensor.is_contiguous():
+        if not tensor.isrt.is_contiguous():
             tensor = rt.to_tensor(rt.contiguous(value))
         if align and tensor.numel() and tensor.data_ptr() % align:
             fresh = rt.empty(tuple(tensor.shape), str(tensor.dtype), tensor.device)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .build import lower
 from .planning import plan_call
-from .tuned import Database, Record, apply_trace, call_shapes, describe_call
+from .tuned import Database, Record, call_shapes, describe_call
 from .workloads import copy_roofline, make_inputs
 
 __all__ = ["tune", "TuneResult"]
@@ -143,7 +144,6 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
         raise ValueError(f"keep must be 'faster' or 'always', not {keep!r}")
     from tvm.s_tir import meta_schedule as ms
 
-    from . import schedules
     from .logs import stdout_to_log
 
     resolved, ms_target = _tuning_target(target)
@@ -162,10 +162,12 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
         if plan.make is None or plan.make_static is None:
             results.append(TuneResult(op, repr(plan.key), shapes, 0, None, False, "not tunable (no static form)"))
             continue
-        func = plan.make_static().with_attr("global_symbol", "main")
         searchable = plan.make_static(inline=True).with_attr("global_symbol", "main")
-        rules_mod = schedules.apply(func, resolved.target, plan.pattern)
-        sd = _param_shapes(func)
+        # both sides through build.lower, as run builds them: the rules on this call's sizes
+        # (index narrowing, buffer alignment), then the trace found
+        static = replace(plan, make=plan.make_static, symbol="main")
+        rules_mod = lower(static, resolved)
+        sd = _param_shapes(rules_mod["main"])
         rules_s = _time_func(rules_mod, ms_target, sd)
         nbytes = sum(int(np.prod(s)) * np.dtype(d if d != "bfloat16" else "uint16").itemsize for s, d in sd)
         if only_below is not None and nbytes / rules_s / 1e9 >= only_below * roofline:
@@ -185,7 +187,7 @@ def tune(ops, *, target="llvm", db, dtype="float32", trials: int = 64, size: int
             results.append(TuneResult(op, repr(plan.key), shapes, rules_s * 1e6, None, False, "no valid schedule"))
             continue
         trace = _trace_source(sch)
-        tuned_s = _time_func(apply_trace(searchable, trace), ms_target, sd)   # what run will use
+        tuned_s = _time_func(lower(replace(static, trace=trace), resolved), ms_target, sd)
         recorded = tuned_s < rules_s or keep == "always"
         if recorded:
             call_inputs, call_attrs = describe_call(inputs, call.attrs)

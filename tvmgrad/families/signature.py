@@ -29,7 +29,8 @@ from typing import Any, Callable
 from ..dtypes import DType
 from .base import TARGET_FLAG, Arg, Plan
 
-__all__ = ["Buffer", "Scalar", "Signature", "BuildContext", "PrimFuncResult", "buffers_of"]
+__all__ = ["Buffer", "Scalar", "Signature", "BuildContext", "PrimFuncResult", "buffers_of",
+           "builder_kwargs", "builder_outputs", "output_params"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,6 @@ class Signature:
         YAML name (and ``ctx`` if it takes one), its outputs as the trailing parameters.
         ``values(ctx) -> {name: value}``: builder arguments the family makes from the context
         (ahead of the scalar vars and attributes)."""
-        from .tensor import builder_kwargs, builder_outputs, output_params
         ctx = BuildContext(self, static=static, info=info)
         tensors: dict = {}
         for b in self.inputs:
@@ -262,3 +262,36 @@ def buffers_of(spec, metas: dict, outs, *, views=None, dims=None) -> tuple:
         if meta is not None:
             out += of("output", o.name, meta)
     return tuple(out)
+
+
+def builder_kwargs(spec, *sources) -> dict:
+    """A builder's keyword arguments, one per YAML arg: its value from the first of ``sources``
+    (dicts: placeholders, scalar vars, attribute values, ...) that has it, else None."""
+    kwargs = {}
+    for p in spec.args:
+        kwargs[p.name] = next((src[p.name] for src in sources if p.name in src), None)
+    return kwargs
+
+
+def output_params(spec, outs, result) -> list:
+    """The builder's output tensors as kernel parameters, in YAML order: outputs this call does not
+    produce (None) are skipped, a Tensor[] output (a list) gives each element."""
+    params = []
+    for o, m, r in zip(spec.outputs, outs, result):
+        if m is None:
+            continue
+        if r is None:
+            raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+        params += list(r) if isinstance(m, list) else [r]
+    return params
+
+
+def builder_outputs(spec, result, *, multi=None) -> list:
+    """A builder's return value as one result per YAML output. A single-output op's builder returns
+    the tensor itself; ``multi`` overrides that (an op whose builder always returns a tuple)."""
+    many = len(spec.outputs) > 1 if multi is None else multi
+    result = list(result) if many and isinstance(result, (tuple, list)) else [result]
+    if len(result) != len(spec.outputs):
+        raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
+                           f"{spec.output_names}")
+    return result

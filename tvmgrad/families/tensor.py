@@ -25,7 +25,7 @@ from ..dtypes import FLOATS, DType
 from ..infer_meta import is_symbolic, same_dim
 from .base import OpImpl, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
-from .signature import Scalar, Signature, buffers_of
+from .signature import Scalar, Signature, buffers_of, builder_kwargs, builder_outputs, output_params
 
 __all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
            "kernel_params", "output_params", "view_shape"]
@@ -87,28 +87,6 @@ class TensorOp(OpImpl):
                         pattern=self.pattern, static=True)
 
 
-def builder_kwargs(spec, *sources) -> dict:
-    """A builder's keyword arguments, one per YAML arg: its value from the first of ``sources``
-    (dicts: placeholders, scalar vars, attribute values, ...) that has it, else None."""
-    kwargs = {}
-    for p in spec.args:
-        kwargs[p.name] = next((src[p.name] for src in sources if p.name in src), None)
-    return kwargs
-
-
-def output_params(spec, outs, result) -> list:
-    """The builder's output tensors as kernel parameters, in YAML order: outputs this call does not
-    produce (meta None) are skipped, a Tensor[] output gives each element."""
-    params = []
-    for o, m, r in zip(spec.outputs, outs, result):
-        if m is None:
-            continue
-        if r is None:
-            raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
-        params += list(r) if isinstance(m, list) else [r]
-    return params
-
-
 def kernel_params(spec, tensors, scalars, outs, result) -> list:
     """A kernel's parameters in the order ``plan`` lists its args: the input placeholders (dict in
     plan order; a Tensor[] input gives each element) except no_need_buffer ones, then the runtime
@@ -125,17 +103,6 @@ def kernel_params(spec, tensors, scalars, outs, result) -> list:
 def call_builder(fn, spec, kwargs, *, multi=None) -> list:
     """Run a builder and return one result per YAML output (``builder_outputs``)."""
     return builder_outputs(spec, fn(**kwargs), multi=multi)
-
-
-def builder_outputs(spec, result, *, multi=None) -> list:
-    """A builder's return value as one result per YAML output. A single-output op's builder returns
-    the tensor itself; ``multi`` overrides that (an op whose builder always returns a tuple)."""
-    many = len(spec.outputs) > 1 if multi is None else multi
-    result = list(result) if many and isinstance(result, (tuple, list)) else [result]
-    if len(result) != len(spec.outputs):
-        raise RuntimeError(f"{spec.name}: builder returned {len(result)} outputs for "
-                           f"{spec.output_names}")
-    return result
 
 
 tensor_op = TensorOp.decorator  # @tensor_op: a whole-tensor TE builder (module docstring)
