@@ -1195,7 +1195,7 @@ def scan_scalars(n: int) -> dict:
 
 
 def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, element, emit, *,
-                 reverse=False, exclusive=False):
+                 reverse=False, exclusive=False, coupled=False):
     """A scan along an axis of length ``n`` for every column (``cols``: the column extents).
 
     The state is a tuple of scalars (dtypes ``state``) combined by the associative ``combine``
@@ -1203,6 +1203,8 @@ def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, 
     index, 0..n-1) of column ``col`` from the input proxies ``L``; ``emit(L, O, col, i, s)``
     stores the outputs (proxies ``O``) of element i from its scan value s (inclusive, or
     exclusive: the elements strictly before it; ``reverse``: scanning from the end).
+    ``coupled``: a combined component reads another component of the running state (a complex
+    product), so the combined values are bound before any is stored.
 
     The op passes ``host_scalars=scan_host(view_name)`` (chunk length and count as parameters).
     Three phases, each parallel: (1) every chunk of every column reduces its elements; (2) every
@@ -1243,6 +1245,8 @@ def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, 
             return tuple(proxy(b)[0] for b in bufs)
 
         def put(bufs, vals):
+            if coupled:
+                vals = tuple(T.Bind(v) for v in vals)
             for b, v in zip(bufs, vals):
                 proxy(b)[0] = v
 

@@ -195,6 +195,8 @@ class SampleOp(OpImpl):
     def _make(self, spec, built, metas, outs, kernel_inputs, attrs):
         def holder(name, meta):
             shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
+            if meta.dtype.lanes == 2:
+                shape.append(tirx.const(2, "int64"))     # complex: the (re, im) pair
             return te.placeholder(shape, meta.dtype.storage, name=name)
 
         tensors = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmgrad.dtypes import FLOATS
+from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.broadcast import coalesce
 from tvmgrad.infer_meta import norm_axis
@@ -205,13 +205,14 @@ def _mean_all_views(call, outs):
     return {"x": ("n",), "x_grad": ("n",), "out_grad": (1,)}, {"n": n}
 
 
-@view_op(views=_mean_all_views, float_inputs=("x", "out_grad"))
+@view_op(views=_mean_all_views, float_inputs=("x", "out_grad"), dtypes=FLOATS + COMPLEX)
 def mean_all_grad(x, out_grad):
     """x_grad = out_grad / numel(x), broadcast to x's shape (x and out_grad share a dtype; only x's
-    shape is read)"""
-    (n,) = x.shape
+    shape is read; a complex pair divides both parts)"""
+    n = x.shape[0]
     dt = cdtype(out_grad)
-    return te.compute((n,), lambda i: store(out_grad, ld(out_grad, 0) / n.astype(dt)), name="x_grad")
+    return te.compute(x.shape, lambda i, *c: store(out_grad, ld(out_grad, 0, *c) / n.astype(dt)),
+                      name="x_grad")
 
 
 def _reduce_as_check(call, outs):
@@ -235,11 +236,13 @@ def _reduce_as_views(call, outs):
             dict(zip(names, groups)))
 
 
-@view_op(views=_reduce_as_views)
+@view_op(views=_reduce_as_views, dtypes=FLOATS + COMPLEX)
 def reduce_as_grad(x, target, out_grad):
-    """x_grad = out_grad broadcast to x's shape (reduce_as sums x down to target's shape)"""
+    """x_grad = out_grad broadcast to x's shape (reduce_as sums x down to target's shape; a
+    complex pair moves as it is)"""
     def body(*i):
-        return out_grad(*[0 if isinstance(d, tirx.IntImm) else v for v, d in zip(i, out_grad.shape)])
+        return out_grad(*[0 if isinstance(d, tirx.IntImm) and d.value == 1 else v
+                          for v, d in zip(i, out_grad.shape)])
 
     return te.compute(x.shape, body, name="x_grad")
 

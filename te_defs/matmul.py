@@ -30,13 +30,14 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.base import Arg, Plan, scalar_arg
+from tvmgrad.families.complex import Complex
 from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params, view_shape
 from tvmgrad.infer_meta import is_one, is_symbolic, norm_axis
 from tvmgrad.lazy import te, tirx
 
-from ._math import float_attr
+from ._math import conj, float_attr
 from ._plan import fail
 
 __all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "index_const", "main_attrs", "SRC_ROOT", "SRC_TILE",
@@ -57,7 +58,9 @@ class View:
 
 _INFO: list = []
 _IDX: list = []
+_PAIR: list = []
 
+CPLX = FLOATS + COMPLEX
 SMALL = 1 << 26     # tensors below this many elements get int32 index arithmetic
 
 
@@ -76,6 +79,12 @@ def index_dtype() -> str:
 def index_const(v: int):
     """An index constant in the kernel's index dtype."""
     return tirx.const(int(v), index_dtype())
+
+
+def pair() -> bool:
+    """Is the kernel being built complex? Then every float placeholder has a trailing (re, im)
+    dim of 2 after its view, and its float outputs must have one too."""
+    return bool(_PAIR and _PAIR[-1])
 
 
 class DenseOp(TensorOp):
@@ -169,6 +178,8 @@ class DenseOp(TensorOp):
         def holder(name, meta, tpl):
             shape = ([dim(d) for d in tpl] if tpl is not None
                      else [te.var(f"{name}_d{i}", idx) for i in range(meta.ndim)])
+            if meta.dtype.lanes == 2:
+                shape.append(tirx.const(2, idx))       # complex: the (re, im) pair
             return te.placeholder(shape, meta.dtype.storage, name=name)
 
         tensors = {}
@@ -183,11 +194,13 @@ class DenseOp(TensorOp):
         kwargs = builder_kwargs(spec, tensors, scalars, attrs)
         _INFO.append(info)
         _IDX.append(idx)
+        _PAIR.append(dt.lanes == 2)
         try:
             result = self.fn(**kwargs)
         finally:
             _INFO.pop()
             _IDX.pop()
+            _PAIR.pop()
         if isinstance(result, PrimFuncResult):    # a hand-written kernel (sequential scatter)
             return result.func
         result = builder_outputs(spec, result)
@@ -252,6 +265,22 @@ def zero(dt):
 def load(t, idx, dt):
     """An element of placeholder ``t`` in the compute dtype."""
     return to_compute(t[tuple(idx)], dt)
+
+
+def cload(t, idx, dt):
+    """An element of placeholder ``t`` in the compute dtype; in a complex kernel (``pair()``) the
+    ``Complex`` of its (re, im) pair."""
+    if pair():
+        return Complex(load(t, (*idx, 0), dt), load(t, (*idx, 1), dt))
+    return load(t, idx, dt)
+
+
+def part(z, c):
+    """The element of value ``z`` at the trailing indices ``c`` of an output: ``z`` itself in a
+    real kernel (no trailing index), its re (c = (0,)) or im (c = (1,)) in a complex one."""
+    if not c:
+        return z
+    return tirx.Select(c[0] == 0, z.re, z.im)
 
 
 def store(dt, out_dtype=None):
@@ -452,14 +481,17 @@ def _dot_views(call, outs):
                 {"B": b, "N": x[-1]})
 
 
-@dense_op(views=_dot_views, pattern="generic")
+@dense_op(views=_dot_views, pattern="generic", dtypes=CPLX)
 def dot_grad(x, y, out_grad):
-    """x_grad = out_grad · y, y_grad = out_grad · x (per row for 2-D inputs)."""
+    """x_grad = out_grad · conj(y), y_grad = out_grad · conj(x) (per row for 2-D inputs; conj
+    only for complex, as Paddle's)."""
     dt = as_dtype(x.dtype)
     out = store(dt)
-    dx = te.compute(x.shape, lambda b, n: out(load(out_grad, (b, 0), dt) * load(y, (b, n), dt)),
+    dx = te.compute(x.shape, lambda b, n, *c: out(part(cload(out_grad, (b, 0), dt)
+                                                       * conj(cload(y, (b, n), dt)), c)),
                     name="x_grad")
-    dy = te.compute(x.shape, lambda b, n: out(load(out_grad, (b, 0), dt) * load(x, (b, n), dt)),
+    dy = te.compute(x.shape, lambda b, n, *c: out(part(cload(out_grad, (b, 0), dt)
+                                                       * conj(cload(x, (b, n), dt)), c)),
                     name="y_grad")
     return dx, dy
 
@@ -516,22 +548,25 @@ def _cross_views(call, outs):
                 {"P": math.prod(x[:axis]), "Q": math.prod(x[axis + 1:])})
 
 
-@dense_op(views=_cross_views, pattern="generic")
+@dense_op(views=_cross_views, pattern="generic", dtypes=CPLX)
 def cross_grad(x, y, out_grad, axis):
     """x_grad[j] = g[j+2]·y[j+1] − g[j+1]·y[j+2], y_grad[j] = g[j+1]·x[j+2] − g[j+2]·x[j+1]
-    (indices mod 3 along the axis; Paddle's order of operations)."""
+    (indices mod 3 along the axis; Paddle's order of operations; complex: conj(y), conj(x))."""
     dt = as_dtype(x.dtype)
     out = store(dt)
 
     def at(t, p, j, q):
-        return load(t, (p, tirx.floormod(j, 3), q), dt)
+        return cload(t, (p, tirx.floormod(j, 3), q), dt)
 
-    dx = te.compute(x.shape, lambda p, j, q: out(at(out_grad, p, j + 2, q) * at(y, p, j + 1, q)
-                                                 - at(out_grad, p, j + 1, q) * at(y, p, j + 2, q)),
-                    name="x_grad")
-    dy = te.compute(x.shape, lambda p, j, q: out(at(out_grad, p, j + 1, q) * at(x, p, j + 2, q)
-                                                 - at(out_grad, p, j + 2, q) * at(x, p, j + 1, q)),
-                    name="y_grad")
+    def other(t, p, j, q):
+        return conj(at(t, p, j, q))
+
+    dx = te.compute(x.shape, lambda p, j, q, *c: out(part(
+        at(out_grad, p, j + 2, q) * other(y, p, j + 1, q)
+        - at(out_grad, p, j + 1, q) * other(y, p, j + 2, q), c)), name="x_grad")
+    dy = te.compute(x.shape, lambda p, j, q, *c: out(part(
+        at(out_grad, p, j + 1, q) * other(x, p, j + 2, q)
+        - at(out_grad, p, j + 2, q) * other(x, p, j + 1, q), c)), name="y_grad")
     return dx, dy
 
 
@@ -556,17 +591,18 @@ def _trace_views(call, outs):
                 {f"r{i}": d for i, d in enumerate(rest)}, (a1, a2))
 
 
-@dense_op(views=_trace_views, pattern="generic")
+@dense_op(views=_trace_views, pattern="generic", dtypes=CPLX)
 def trace_grad(x, out_grad, offset, axis1, axis2):
-    """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere."""
+    """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere (a complex
+    pair moves as it is)."""
     dt = as_dtype(out_grad.dtype)
     a1, a2 = build_info()
-    rank = len(x.shape)
+    rank = len(x.shape) - pair()
 
     def f(*i):
         rest = [i[k] for k in range(rank) if k not in (a1, a2)] or [0]
         on = (i[a2] - i[a1]) == offset
-        return te.if_then_else(on, out_grad[tuple(rest)], tirx.const(0, dt.storage))
+        return te.if_then_else(on, out_grad[(*rest, *i[rank:])], tirx.const(0, dt.storage))
     return te.compute(x.shape, f, name="x_grad")
 
 
@@ -586,21 +622,23 @@ def _kron_views(call, outs):
     return View({"x": xt, "x_grad": xt, "y": yt, "y_grad": yt, "out_grad": gt}, sizes)
 
 
-@dense_op(views=_kron_views, pattern="generic")
+@dense_op(views=_kron_views, pattern="generic", dtypes=CPLX)
 def kron_grad(x, y, out_grad):
     """out[i·|y| + j] = x[i]·y[j] per dim (ranks aligned with leading 1s): x_grad[i] = Σ_j
     out_grad[i, j]·y[j], y_grad[j] = Σ_i out_grad[i, j]·x[i] (out_grad viewed as (i0, j0, i1,
-    j1, ...))."""
+    j1, ...); complex: conj(y), conj(x), as Paddle's)."""
     dt = as_dtype(x.dtype)
     out = store(dt)
-    r = len(x.shape)
+    r = len(x.shape) - pair()
     rj = [te.reduce_axis((0, y.shape[d]), name=f"kron_j{d}") for d in range(r)]
     ri = [te.reduce_axis((0, x.shape[d]), name=f"kron_i{d}") for d in range(r)]
 
     def gat(i, j):
-        return load(out_grad, tuple(v for pair in zip(i, j) for v in pair), dt)
-    sx = te.compute(x.shape, lambda *i: te.sum(gat(i, rj) * load(y, rj, dt), axis=rj), name="kron_sx")
-    sy = te.compute(y.shape, lambda *j: te.sum(gat(ri, j) * load(x, ri, dt), axis=ri), name="kron_sy")
+        return cload(out_grad, tuple(v for ij in zip(i, j) for v in ij), dt)
+    sx = te.compute(x.shape, lambda *i: te.sum(part(gat(i[:r], rj) * conj(cload(y, rj, dt)), i[r:]),
+                                               axis=rj), name="kron_sx")
+    sy = te.compute(y.shape, lambda *j: te.sum(part(gat(ri, j[:r]) * conj(cload(x, ri, dt)), j[r:]),
+                                               axis=ri), name="kron_sy")
     return (te.compute(x.shape, lambda *i: out(sx[i]), name="x_grad"),
             te.compute(y.shape, lambda *j: out(sy[j]), name="y_grad"))
 

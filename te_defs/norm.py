@@ -103,6 +103,8 @@ class ViewOp(TensorOp):
             tpl = templates.get(n)
             shape = ([dim(d) for d in tpl] if tpl is not None
                      else [te.var(f"{n}_d{i}", "int64") for i in range(m.ndim)])
+            if m.dtype.lanes == 2:
+                shape.append(tirx.const(2, "int64"))     # complex: the (re, im) pair
             tensors[n] = te.placeholder(shape, m.dtype.storage, name=n)
         scalars = {n: te.var(n, dt.compute) for n in runtime}
         result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))

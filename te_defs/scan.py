@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 
+from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families.base import OpError
+from tvmgrad.families.complex import Complex
 from tvmgrad.families.shape import dt_of
 from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import tirx
@@ -21,6 +23,8 @@ from ._plan import check_range, host, split_axis
 from tvmgrad.families.index import index_op
 
 from .indexing import blocked_scan, scan_host, scatter_along
+
+CPLX = FLOATS + COMPLEX
 
 PATTERN = "annotated_loops"
 
@@ -47,11 +51,11 @@ def _scan_view(names, axis_attr="axis"):
     return view
 
 
-def _cols(t):
-    """Column extents and (col, i) -> coordinates of a scan view (outer, n[, inner])."""
-    if len(t.shape) == 2:
-        return [t.shape[0]], lambda col, i: (col[0], i)
-    return [t.shape[0], t.shape[2]], lambda col, i: (col[0], i, col[1])
+def _cols(t, rank=None):
+    """Column extents and (col, i) -> coordinates of a scan view (outer, n[, inner]) of its first
+    ``rank`` dims (default: all; a complex pair dim left in is one more column)."""
+    shape = list(t.shape[:rank])
+    return [shape[0], *shape[2:]], lambda col, i: (col[0], i, *col[1:])
 
 
 def _lowest(dtype):
@@ -72,10 +76,10 @@ def logaddexp(a, b):
 # cumsum
 
 @index_op(view=_scan_view(("out_grad",)), code_attrs=("exclusive", "reverse"), pattern=PATTERN,
-          host_scalars=scan_host("out_grad"))
+          host_scalars=scan_host("out_grad"), dtypes=CPLX)
 def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse, ctx):
     """x_grad = cumsum(out_grad) in the opposite direction (same exclusive; flatten: over the
-    flattened tensor, reshaped back)."""
+    flattened tensor, reshaped back; complex: the (re, im) pair is one more column)."""
     dt = dt_of(out_grad)
     cols, at = _cols(out_grad)
     zero = tirx.const(0, dt.compute)
@@ -134,12 +138,14 @@ def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse, ctx):
 # cumprod
 
 @index_op(view=_scan_view(("out", "out_grad"), axis_attr="dim"), code_attrs=(), pattern=PATTERN,
-          host_scalars=scan_host("out_grad"))
+          host_scalars=scan_host("out_grad"), dtypes=CPLX)
 def cumprod_grad(x, out, out_grad, dim, ctx):
     """out[j] = Π_{k<=j} x[k]:  x_grad[j] = out[j-1] · R[j] (out[-1] = 1) with R[j] = Σ_{p>=j}
     out_grad[p] · Π_{j<m<=p} x[m] — Paddle's product formula, exact with zeros in x (no division).
     R is the reverse affine recurrence R[j] = out_grad[j] + x[j+1]·R[j+1], scanned in parallel
-    as compositions of maps v -> a·v + b."""
+    as compositions of maps v -> a·v + b. Complex: conj(out), conj(x), as Paddle's."""
+    if ctx.pair:
+        return _cumprod_complex(x, out, out_grad, ctx)
     dt = dt_of(out_grad)
     cd = dt.compute
     cols, at = _cols(out_grad)
@@ -162,6 +168,48 @@ def cumprod_grad(x, out, out_grad, dim, ctx):
                           [(list(out_grad.shape), dt.storage)], (cd, cd), (one, zero),
                           lambda p, q: (p[0] * q[0], q[0] * p[1] + q[1]), element, emit,
                           reverse=True)
+    return res
+
+
+def _cumprod_complex(x, out, out_grad, ctx):
+    """cumprod_grad of complex data: x_grad[j] = conj(out[j-1]) · R[j], R[j] = out_grad[j] +
+    conj(x[j+1])·R[j+1]; the scan state is the complex map (A, B) as four reals."""
+    dt = dt_of(out_grad)
+    cd = dt.compute
+    rank = len(out_grad.shape) - 1
+    cols, at = _cols(out_grad, rank)
+    n = out_grad.shape[1]
+    one, zero = tirx.const(1, cd), tirx.const(0, cd)
+
+    def ld(buf, idx):
+        return Complex(tc(buf[(*idx, i64(0))], dt), tc(buf[(*idx, i64(1))], dt))
+
+    def element(L, col, i):
+        g = ld(L[1], at(col, i))
+        nxt = tirx.min(i + i64(1), i64(n) - i64(1))
+        a = ld(L[2], at(col, nxt)).conj()
+        last = i + i64(1) < i64(n)
+        return tirx.Select(last, a.re, zero), tirx.Select(last, a.im, zero), g.re, g.im
+
+    def emit(L, O, col, i, s):
+        prev = tirx.max(i - i64(1), i64(0))
+        o = ld(L[0], at(col, prev)).conj()
+        first = i > i64(0)
+        before = Complex(tirx.Select(first, o.re, one), tirx.Select(first, o.im, zero))
+        v = before * Complex(s[2], s[3])
+        c = at(col, i)
+        O[0][(*c, i64(0))] = v.re.astype(dt.storage)
+        O[0][(*c, i64(1))] = v.im.astype(dt.storage)
+
+    def combine(p, q):
+        """(A1, B1) then (A2, B2) = (A1·A2, A2·B1 + B2)"""
+        a1, b1, a2, b2 = Complex(p[0], p[1]), Complex(p[2], p[3]), Complex(q[0], q[1]), Complex(q[2], q[3])
+        a, b = a1 * a2, a2 * b1 + b2
+        return a.re, a.im, b.re, b.im
+
+    (res,) = blocked_scan(ctx, "x_grad", n, cols, [out, out_grad, x],
+                          [(list(out_grad.shape), dt.storage)], (cd,) * 4, (one, zero, zero, zero),
+                          combine, element, emit, reverse=True, coupled=True)
     return res
 
 

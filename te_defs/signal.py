@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, to_compute
 
 from tvmgrad.lazy import te, tirx
 
@@ -60,15 +60,17 @@ def _ola_host(call, outs, dt):
     return h
 
 
-@sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="gather_owners")
+@sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="gather_owners",
+           dtypes=FLOATS + COMPLEX)
 def overlap_add_grad(x, out_grad, hop_length, axis):
-    """x_grad[..., l, f] = out_grad[..., f·hop_length + l] (axis −1; the mirror for axis 0)"""
+    """x_grad[..., l, f] = out_grad[..., f·hop_length + l] (axis −1; the mirror for axis 0; a
+    complex pair moves as it is)"""
     ctx = info()
     hop = ctx.s["hop_length"]
     g = out_grad
     if ctx.static["axis"] == -1:
-        return te.compute(x.shape, lambda b, l, f: g[b, f * hop + l], name="x_grad")
-    return te.compute(x.shape, lambda f, l, b: g[f * hop + l, b], name="x_grad")
+        return te.compute(x.shape, lambda b, l, f, *c: g[(b, f * hop + l, *c)], name="x_grad")
+    return te.compute(x.shape, lambda f, l, b, *c: g[(f * hop + l, b, *c)], name="x_grad")
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Complex numbers: the pointwise grads Paddle 3.3.1 registers complex kernels for (elementary.py,
-activation.py), and the grads that move between real and complex (complex_ops.py), against
-Paddle in complex64/complex128.
+activation.py), the grads that move between real and complex (complex_ops.py) and the
+whole-tensor grads with complex kernels (mean_all, reduce_as, dot, cross, kron, trace, cumsum,
+cumprod, overlap_add), against Paddle in complex64/complex128.
 
 Paddle's convention for a holomorphic f is x_grad = out_grad · conj(f'(x)); for a real-valued or
 non-holomorphic f it is the gradient of L = Re Σ conj(out_grad)·f(x) w.r.t. x written as
@@ -430,3 +431,79 @@ def test_zero_dim_complex_arrays(dtype):
     assert tvmgrad.run("conj_grad", {"out_grad": z})["x_grad"] == np.conj(z)
     got = tvmgrad.run("abs_grad", {"x": np.array(3 + 4j, dtype), "out_grad": np.array(2.0, z.real.dtype)})
     np.testing.assert_allclose(got["x_grad"], 2 * (3 + 4j) / 5, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------
+# Part 4: whole-tensor grads with complex kernels in Paddle (loss.py, matmul.py, scan.py,
+# signal.py). Paddle conjugates the other operand of a product (dot, cross, kron) and the
+# partial products of cumprod; sums, means, traces and gathers move both parts alike.
+
+def _cumprod_oracle(inputs, attrs):
+    from test_scan import cumprod_oracle
+    return cumprod_oracle(inputs, attrs)
+
+
+WHOLE_TENSOR = [
+    ("mean_all_grad", {"x": (3, 4), "out_grad": ()}, {}),
+    ("mean_all_grad", {"x": (2, 1, 5), "out_grad": ()}, {}),
+    ("reduce_as_grad", {"x": (3, 4), "target": (4,), "out_grad": (4,)}, {}),
+    ("reduce_as_grad", {"x": (2, 3, 4), "target": (2, 1, 4), "out_grad": (2, 1, 4)}, {}),
+    ("reduce_as_grad", {"x": (1, 5), "target": (1, 5), "out_grad": (1, 5)}, {}),
+    ("dot_grad", {"x": (4,), "y": (4,), "out_grad": ()}, {}),
+    ("dot_grad", {"x": (3, 5), "y": (3, 5), "out_grad": (3,)}, {}),
+    ("dot_grad", {"x": (1, 1), "y": (1, 1), "out_grad": (1,)}, {}),
+    ("cross_grad", {"x": (3, 4), "y": (3, 4), "out_grad": (3, 4)}, {"axis": 0}),
+    ("cross_grad", {"x": (2, 1, 3), "y": (2, 1, 3), "out_grad": (2, 1, 3)}, {"axis": -1}),
+    ("cross_grad", {"x": (4, 3, 2), "y": (4, 3, 2), "out_grad": (4, 3, 2)}, {"axis": 9}),
+    ("kron_grad", {"x": (2, 3), "y": (3, 2), "out_grad": (6, 6)}, {}),
+    ("kron_grad", {"x": (3,), "y": (1, 4, 2), "out_grad": (1, 4, 6)}, {}),
+    ("trace_grad", {"x": (3, 4), "out_grad": ()}, {"offset": 0, "axis1": 0, "axis2": 1}),
+    ("trace_grad", {"x": (2, 3, 1, 4), "out_grad": (2, 1)}, {"offset": 1, "axis1": 1, "axis2": -1}),
+    ("trace_grad", {"x": (4, 3), "out_grad": ()}, {"offset": -1, "axis1": 1, "axis2": 0}),
+    ("cumsum_grad", {"x": (3, 4), "out_grad": (3, 4)}, {"axis": 1}),
+    ("cumsum_grad", {"x": (2, 5, 3), "out_grad": (2, 5, 3)}, {"axis": 1, "reverse": True}),
+    ("cumsum_grad", {"x": (1, 6), "out_grad": (1, 6)}, {"axis": -1, "exclusive": True}),
+    ("cumsum_grad", {"x": (3, 37, 2), "out_grad": (3, 37, 2)},
+     {"axis": 1, "exclusive": True, "reverse": True}),          # many chunks and carries
+    ("cumsum_grad", {"x": (2, 3), "out_grad": (6,)}, {"axis": 0, "flatten": True}),
+    ("cumprod_grad", {"x": (3, 4), "out_grad": (3, 4)}, {"dim": 1}),
+    ("cumprod_grad", {"x": (2, 5, 3), "out_grad": (2, 5, 3)}, {"dim": -2}),
+    ("cumprod_grad", {"x": (1, 6), "out_grad": (1, 6)}, {"dim": 0}),
+    ("cumprod_grad", {"x": (3, 40), "out_grad": (3, 40)}, {"dim": 1}),
+    ("overlap_add_grad", {"x": (3, 4), "out_grad": (9,)}, {"hop_length": 2, "axis": -1}),
+    ("overlap_add_grad", {"x": (2, 5, 3), "out_grad": (2, 13)}, {"hop_length": 4, "axis": -1}),
+    ("overlap_add_grad", {"x": (4, 3, 2, 1), "out_grad": (12, 2, 1)}, {"hop_length": 3, "axis": 0}),
+    ("overlap_add_grad", {"x": (1, 1), "out_grad": (1,)}, {"hop_length": 1, "axis": -1}),
+]
+
+
+@pytest.mark.parametrize("dtype", CPLX)
+@pytest.mark.parametrize("op,shapes,attrs", WHOLE_TENSOR,
+                         ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(WHOLE_TENSOR)])
+def test_whole_tensor_grads_complex(op, shapes, attrs, dtype):
+    inputs = {k: crand(s, seed=i).astype(dtype) for i, (k, s) in enumerate(shapes.items())}
+    oracle = None
+    if op == "cumprod_grad":
+        x = inputs["x"]
+        x[(0,) * x.ndim] = 0                       # Paddle's product formula is exact with zeros
+        inputs["out"] = np.cumprod(x, axis=attrs["dim"]).astype(dtype)
+        oracle = _cumprod_oracle
+    check_as_given(op, inputs, attrs, oracle=oracle)
+
+
+@pytest.mark.cuda
+def test_whole_tensor_complex_kernels_compile_for_cuda():
+    """The complex kernels of the ops above compile to sm_80 cubin without spills (the generic
+    CUDA build test sees their real samples only)."""
+    from cubins import assert_compiles_without_spills, plans_of
+    calls, seen = [], set()
+    for op, shapes, attrs in WHOLE_TENSOR:
+        if op in seen:
+            continue
+        seen.add(op)
+        for dtype in CPLX:
+            inputs = {k: crand(s, seed=i).astype(dtype) for i, (k, s) in enumerate(shapes.items())}
+            if op == "cumprod_grad":
+                inputs["out"] = inputs["x"]
+            calls.append((op, inputs, attrs))
+    assert_compiles_without_spills(plans_of(calls), archs=("sm_80",))

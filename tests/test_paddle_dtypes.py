@@ -38,22 +38,9 @@ UNREACHABLE = {
 # Float/complex dtypes Paddle registers (CPU and/or GPU) that tvmgrad rejects today, by the te_defs
 # module that implements the op (for invoke ops: the forward op's module). "CPU only" marks dtypes
 # the installed paddle registers on the CPU but the GPU source read does not (that source may be an
-# older version than 3.3.1: see gpu_source); the rest are registered on both.
-KNOWN_GAPS = {
-    # te_defs/loss.py
-    'mean_all_grad': {'complex64', 'complex128'},
-    'reduce_as_grad': {'complex64', 'complex128'},
-    # te_defs/matmul.py
-    'cross_grad': {'complex64', 'complex128'},
-    'dot_grad': {'complex64', 'complex128'},
-    'kron_grad': {'complex64', 'complex128'},
-    'trace_grad': {'complex64', 'complex128'},
-    # te_defs/scan.py
-    'cumprod_grad': {'complex64', 'complex128'},
-    'cumsum_grad': {'complex64', 'complex128'},  # CPU only
-    # te_defs/signal.py
-    'overlap_add_grad': {'complex64', 'complex128'},
-}
+# older version than 3.3.1: see gpu_source); the rest are registered on both. None today: every
+# float and complex dtype Paddle registers is accepted.
+KNOWN_GAPS: dict = {}
 
 # Integer/bool dtypes Paddle registers that tvmgrad rejects: visible, kept exact, not demanded yet.
 # tvmgrad's dtype layer knows them (tvmgrad/dtypes.py: bool, int8..int64); the indexing, shape and
