@@ -19,7 +19,8 @@ The transform runs one axis at a time on flat complex buffers seen as (outer, L,
   size M >= 2L - 1 (the chirp angles π·(j² mod 2L)/L stay exact).
 
 One kernel serves every size whose "power of two" pattern over the axes matches (log2 L, M, log2 M
-are runtime arguments). Complex numbers are float pairs (a trailing dim of 2).
+are runtime arguments; the planner, tvmgrad/families/fft.py, computes them and hands the builders
+the pattern as ``ctx.info``). Complex numbers are float pairs (a trailing dim of 2).
 
 Size-0 dims: an empty grad needs no kernel (none runs: the stage index math would divide by the
 zero size, SIGFPE); fft_c2r_grad over a transform axis of size 0 is a ValueError, as in Paddle
