@@ -19,7 +19,8 @@ The transform runs one axis at a time on flat complex buffers seen as (outer, L,
   size M >= 2L - 1 (the chirp angles π·(j² mod 2L)/L stay exact).
 
 One kernel serves every size whose "power of two" pattern over the axes matches (log2 L, M, log2 M
-are runtime arguments). Complex numbers are float pairs (a trailing dim of 2).
+are runtime arguments; the planner, tvmgrad/families/fft.py, computes them and hands the builders
+the pattern as ``ctx.info``). Complex numbers are float pairs (a trailing dim of 2).
 
 Size-0 dims: an empty grad needs no kernel (none runs: the stage index math would divide by the
 zero size, SIGFPE); fft_c2r_grad over a transform axis of size 0 is a ValueError, as in Paddle
@@ -28,182 +29,31 @@ zero size, SIGFPE); fft_c2r_grad over a transform axis of size 0 is a ValueError
 
 from __future__ import annotations
 
-import hashlib
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, OpImpl, Plan
+from tvmgrad.dtypes import COMPLEX, FLOATS, to_compute
 from tvmgrad.families.complex import Complex
+from tvmgrad.families.fft import fft_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import units
 
-__all__ = ["FFTOp"]
-
-_CPLX = {"float32": "complex64", "float64": "complex128", "float16": "complex64", "bfloat16": "complex64"}
+__all__ = ["fft_c2c_grad", "fft_r2c_grad", "fft_c2r_grad"]
 
 
-def _pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
-
-
-def _log2(n: int) -> int:
-    return max(n, 1).bit_length() - 1
-
-
-def _norm(normalization: str, forward: bool) -> str:
-    """Paddle's get_norm_from_string: "none", "by_n" or "by_sqrt_n"."""
-    if normalization == "backward":
-        return "none" if forward else "by_n"
-    if normalization == "forward":
-        return "by_n" if forward else "none"
-    return "by_sqrt_n"
-
-
-class FFTOp(OpImpl):
-    """An FFT grad (module docstring); ``kind`` is "c2c", "r2c" or "c2r"."""
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, kind: str, **options):
-        super().__init__(fn, **options)
-        self.kind = kind
-
-    # -- planning -------------------------------------------------------------------------------
-    def plan(self, call, outs) -> Plan:
-        spec, op, attrs = call.spec, call.op, call.attrs
-        g = call.meta("out_grad")
-        want = COMPLEX if self.kind in ("c2c", "r2c") else FLOATS
-        if g.dtype.name not in want:
-            raise TypeError(f"{op}: input 'out_grad' has dtype {g.dtype.name}; {op} supports "
-                            f"{', '.join(want)}")
-        if attrs["normalization"] not in ("backward", "forward", "ortho"):
-            raise ValueError(f"{op}: attribute 'normalization' is {attrs['normalization']!r}; it must be "
-                             f"'backward', 'forward' or 'ortho'")
-        rank = g.ndim
-        axes = []
-        for a in attrs["axes"]:
-            if not -rank <= a < rank:
-                raise ValueError(f"{op}: attribute 'axes' holds {a}, out of range for out_grad of rank {rank}")
-            axes.append(a % rank)
-        if not axes:
-            raise ValueError(f"{op}: attribute 'axes' must not be empty")
-        if len(set(axes)) != len(axes):
-            raise ValueError(f"{op}: attribute 'axes' has repeated axes {list(attrs['axes'])}")
-        out = outs[0]
-        if self.kind == "r2c":
-            x = call.meta("x")
-            if x.ndim != rank:
-                raise ValueError(f"{op}: x has rank {x.ndim} but out_grad has rank {rank}")
-            signal = tuple(x.shape)
-            last = axes[-1]
-            for d in range(rank):
-                n_g, n_x = g.shape[d], x.shape[d]
-                expect = n_x // 2 + 1 if (d == last and attrs["onesided"]) else n_x
-                if n_g != expect:
-                    raise ValueError(f"{op}: out_grad has shape {list(g.shape)}; for x of shape "
-                                     f"{list(x.shape)} (onesided={attrs['onesided']}) it must be "
-                                     f"{[x.shape[i] // 2 + 1 if (i == last and attrs['onesided']) else x.shape[i] for i in range(rank)]}")
-            if not x.dtype.is_float:
-                raise TypeError(f"{op}: input 'x' has dtype {x.dtype.name}; it must be a float dtype "
-                                f"(x_grad gets it)")
+def _transform(ctx, z0):
+    """The grad's transform over ``ctx.info.axes`` of the complex signal ``z0(*idx, c)`` (shape:
+    the signal dims ``d0``, ... and a trailing (re, im) dim of 2), one axis at a time."""
+    info = ctx.info
+    dims = [ctx.symbol(f"d{i}") for i in range(info.rank)]
+    sign = ctx.scalars["fft_sign"]                  # +1: e^{+2πi jk/n}, -1: e^{-2πi jk/n}
+    z = te.compute(dims + [2], z0, name="z0")
+    for a, p in zip(info.axes, info.pow2):
+        if p:
+            z = _fft_pow2(z, a, ctx.scalars[f"l2_{a}"], sign, info.real, f"fft{a}")
         else:
-            signal = tuple(g.shape)
-            if self.kind == "c2r" and attrs["last_dim_size"] > 0 and g.shape[axes[-1]] != attrs["last_dim_size"]:
-                raise ValueError(f"{op}: out_grad has size {g.shape[axes[-1]]} along axis {axes[-1]} but "
-                                 f"last_dim_size is {attrs['last_dim_size']}; they must match")
-        if self.kind == "c2r":
-            for a in axes:
-                if g.shape[a] == 0:
-                    raise ValueError(f"{op}: out_grad has size 0 along transform axis {a}: a c2r "
-                                     f"transform of 0 points is undefined (Paddle: invalid fft "
-                                     f"n-point 0)")
-        if math.prod(out.shape) == 0:
-            # an empty grad (a size-0 dim, on a transform axis or not): nothing to compute, as
-            # Paddle (the kernels' index math would divide by the zero size)
-            return Plan(key=("fft", op, g.dtype.name, out.dtype.name, "empty"),
-                        symbol=f"{op}_{g.dtype.name}_empty", make=None, args=())
-        pow2 = tuple(_pow2(signal[a]) for a in axes)
-        norm = _norm(attrs["normalization"], attrs["forward"])
-        sign = 1.0 if attrs["forward"] else -1.0        # the grad runs the other direction
-        n_sig = math.prod(signal[a] for a in axes)
-        scale = {"none": 1.0, "by_n": 1.0 / max(n_sig, 1), "by_sqrt_n": 1.0 / math.sqrt(max(n_sig, 1))}[norm]
-        # direction and normalization are runtime arguments: one kernel serves all of them
-        key = ("fft", op, g.dtype.name, out.dtype.name, rank, tuple(axes), pow2)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        scalars = []
-        for a, p in zip(axes, pow2):
-            n = signal[a]
-            if p:
-                scalars.append((f"l2_{a}", _log2(n)))
-            else:
-                m = 1 << (2 * n - 2).bit_length() if n > 1 else 1
-                scalars += [(f"m_{a}", m), (f"l2m_{a}", _log2(m))]
-        real = as_dtype(g.dtype.name if self.kind != "c2r" else _CPLX[g.dtype.name]).storage
-        args = [Arg("input", "out_grad")]
-        args += [Arg("scalar", name, dtype="int64", value=int(v)) for name, v in scalars]
-        args += [Arg("scalar", "fft_sign", dtype=real, value=sign),
-                 Arg("scalar", "fft_scale", dtype=real, value=scale)]
-        args.append(Arg("output", spec.outputs[0].name))
-        cdt = g.dtype.name if self.kind != "c2r" else _CPLX[g.dtype.name]
-        return Plan(key=key, symbol=f"{op}_{g.dtype.name}_{digest}",
-                    make=lambda: self._make(spec, g, out, rank, axes, pow2, cdt, [n for n, _ in scalars]),
-                    args=tuple(args), pattern="fft_stages")
-
-    # -- TE / TIR -------------------------------------------------------------------------------
-    def _make(self, spec, g, out, rank, axes, pow2, cdt, scalar_names):
-        cd = as_dtype(cdt)
-        real = cd.storage                                   # float32 / float64
-        dims = [te.var(f"d{i}", "int64") for i in range(rank)]     # the signal's dims
-        scal = {n: te.var(n, "int64") for n in scalar_names}
-        sign = te.var("fft_sign", real)                    # +1: e^{+2πi jk/n}, -1: e^{-2πi jk/n}
-        scale = te.var("fft_scale", real)
-        last = axes[-1]
-        gshape = list(dims)
-        if self.kind == "r2c":
-            gshape[last] = te.var("g_last", "int64")
-        gt = te.placeholder(gshape + ([2] if g.dtype.lanes == 2 else []), g.dtype.storage, name="out_grad")
-        sig_shape = list(dims) + [2]
-
-        def z0(*idx):
-            *idx, c = idx
-            if self.kind == "c2r":                          # real signal
-                v = to_compute(gt(*idx), g.dtype)
-                return tirx.Select(c == 0, v, tirx.const(0.0, real))
-            if self.kind == "r2c":                          # zero-padded to x's size
-                inside = idx[last] < gshape[last]
-                safe = list(idx)
-                safe[last] = tirx.min(idx[last], gshape[last] - 1)
-                return tirx.Select(inside, gt(*safe, c), tirx.const(0.0, real))
-            return gt(*idx, c)
-
-        z = te.compute(sig_shape, z0, name="z0")
-        for a, p in zip(axes, pow2):
-            if p:
-                z = _fft_pow2(z, a, scal[f"l2_{a}"], sign, real, f"fft{a}")
-            else:
-                z = _bluestein(z, a, scal[f"m_{a}"], scal[f"l2m_{a}"], sign, real, f"bs{a}")
-        one = tirx.const(1.0, real)
-
-        if self.kind == "c2c":
-            res = te.compute(sig_shape, lambda *i: (z(*i) * scale).astype(cd.storage), name="x_grad")
-        elif self.kind == "r2c":
-            res = te.compute(dims, lambda *i: (z(*i, 0) * scale).astype(out.dtype.storage), name="x_grad")
-        else:
-            n_last = dims[last]
-            oshape = list(dims)
-            oshape[last] = tirx.floordiv(n_last, 2) + 1
-            double_end = n_last - tirx.floordiv(n_last, 2)        # bins 1 .. double_end - 1
-
-            def c2r(*i):
-                k = i[last]
-                twice = tirx.all(k > 0, k < double_end)
-                f = tirx.Select(twice, tirx.const(2.0, real), one) * scale
-                return (z(*i) * f).astype(cd.storage)
-
-            res = te.compute(oshape + [2], c2r, name="x_grad")
-        params = [gt] + [scal[n] for n in scalar_names] + [sign, scale, res]
-        return self.prim_func(spec, params)
+            z = _bluestein(z, a, ctx.scalars[f"m_{a}"], ctx.scalars[f"l2m_{a}"], sign, info.real, f"bs{a}")
+    return z, dims
 
 
 def _prod(xs):
@@ -372,22 +222,52 @@ def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
 # ------------------------------------------------------------------------------------------
 # the ops
 
-def _c2c(out_grad, axes, normalization, forward):
+@fft_op(kind="c2c", dtypes=COMPLEX)
+def fft_c2c_grad(out_grad, axes, normalization, forward, ctx):
     """x_grad = norm · DFT_{+ if forward else -}(out_grad) over axes"""
+    z, dims = _transform(ctx, lambda *idx: out_grad(*idx))
+    scale = ctx.scalars["fft_scale"]
+    return te.compute(dims + [2], lambda *i: (z(*i) * scale).astype(ctx.dtype.storage), name="x_grad")
 
 
-def _r2c(x, out_grad, axes, normalization, forward, onesided):
+@fft_op(kind="r2c", dtypes=COMPLEX)
+def fft_r2c_grad(x, out_grad, axes, normalization, forward, onesided, ctx):
     """x_grad = Re(norm · DFT_{+ if forward else -}(out_grad zero-padded to x's size)) over axes"""
+    last, real = ctx.info.axes[-1], ctx.info.real
+    n_g = out_grad.shape[last]
+
+    def z0(*idx):                                   # zero-padded to x's size
+        *idx, c = idx
+        safe = list(idx)
+        safe[last] = tirx.min(idx[last], n_g - 1)
+        return tirx.Select(idx[last] < n_g, out_grad(*safe, c), tirx.const(0.0, real))
+
+    z, dims = _transform(ctx, z0)
+    scale = ctx.scalars["fft_scale"]
+    return te.compute(dims, lambda *i: (z(*i, 0) * scale).astype(x.dtype), name="x_grad")
 
 
-def _c2r(out_grad, axes, normalization, forward, last_dim_size):
+@fft_op(kind="c2r", dtypes=FLOATS)
+def fft_c2r_grad(out_grad, axes, normalization, forward, last_dim_size, ctx):
     """x_grad = norm · DFT_{+ if forward else -}(out_grad) over axes, the first n//2 + 1 bins along
     the last axis, bins 1 .. n - n//2 - 1 doubled"""
+    last, real = ctx.info.axes[-1], ctx.info.real
 
+    def z0(*idx):                                   # the real signal
+        *idx, c = idx
+        return tirx.Select(c == 0, to_compute(out_grad(*idx), ctx.dtype), tirx.const(0.0, real))
 
-for _f, _n in ((_c2c, "fft_c2c_grad"), (_r2c, "fft_r2c_grad"), (_c2r, "fft_c2r_grad")):
-    _f.__name__ = _f.__qualname__ = _n
+    z, dims = _transform(ctx, z0)
+    scale = ctx.scalars["fft_scale"]
+    n_last = dims[last]
+    oshape = list(dims)
+    oshape[last] = tirx.floordiv(n_last, 2) + 1
+    double_end = n_last - tirx.floordiv(n_last, 2)        # bins 1 .. double_end - 1
 
-fft_c2c_grad = FFTOp(_c2c, kind="c2c", dtypes=COMPLEX)
-fft_r2c_grad = FFTOp(_r2c, kind="r2c", dtypes=COMPLEX)
-fft_c2r_grad = FFTOp(_c2r, kind="c2r", dtypes=FLOATS)
+    def c2r(*i):
+        k = i[last]
+        twice = tirx.all(k > 0, k < double_end)
+        f = tirx.Select(twice, tirx.const(2.0, real), tirx.const(1.0, real)) * scale
+        return (z(*i) * f).astype(real)
+
+    return te.compute(oshape + [2], c2r, name="x_grad")

@@ -1,15 +1,12 @@
 """Linear-algebra grads, and the batched (complex) matrix algebra in TE and TIR they are built from.
 
-The *linalg* family (``@linalg_op``) is ``@tensor_op`` for tensors that are batches of matrices (or
-vectors): every tensor is seen as ``(batch groups..., core dims...)``. The op declares the core dims
-of each tensor by symbol (``core(call, outs) -> {name: ("n", "k")}``; one runtime size per symbol,
-shared by every tensor that names it); the leading dims of every tensor broadcast against each
-other (numpy rules, as Paddle's solve/triangular_solve/cholesky_solve do) and are coalesced into
-*groups*, each operand being broadcast (size 1) or not in each group. One kernel serves every size
-of a given broadcast pattern, dtype and code-changing attribute set.
+The ops are ``@linalg_op`` builders (tvmgrad/families/linalg.py: every tensor a batch of matrices
+or vectors, its batch dims coalesced into broadcast groups); each takes ``ctx``, whose ``info``
+(an ``LAInfo``) describes the batch layout that every helper here needs.
 
 The builder works on ``Mx`` objects: lazy matrices indexed ``M(b, i, j)`` (``b``: the tuple of
-batch group indices) that yield real scalars or ``Complex`` ones in the compute dtype.
+batch group indices) that yield real scalars or ``Complex`` ones in the compute dtype; each holds
+the ``ctx`` of the kernel being built and hands it on to the matrices made from it.
 Transposes, conjugates, masks and elementwise combinations stay lazy; ``A @ B`` materialises a
 batched product (``te.sum``); ``.m(name)`` materialises any matrix. Sequential algorithms run in
 TIR through ``te.extern``: each writes one spatial sblock per independent unit (a batch element,
@@ -24,198 +21,20 @@ Complex numbers are stored as float pairs (a trailing dim of 2) and computed as 
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-
 from tvmgrad.dtypes import DType, to_compute
-from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.complex import Complex
-from tvmgrad.families.broadcast import coalesce
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
-from tvmgrad.infer_meta import MetaError, broadcast_shapes, same_shape
+from tvmgrad.families.linalg import Core, linalg_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import units
 
-__all__ = ["linalg_op", "LinalgOp", "Core", "info", "Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye",
-           "zeros", "trsm", "lu", "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal",
-           "lift_to", "select"]
+__all__ = ["Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye", "zeros", "trsm", "lu",
+           "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal", "lift_to", "select"]
 
 
-# ------------------------------------------------------------------------------------------
-# the family
-
-@dataclass(frozen=True)
-class Core:
-    """Core dims of a tensor around its batch dims: ``lead`` dims before them (slogdet's (sign,
-    logabsdet) pair), ``trail`` dims after (a matrix, a vector). A plain tuple means ``trail``."""
-
-    lead: tuple = ()
-    trail: tuple = ()
-
-
-def _core(t) -> Core:
-    return t if isinstance(t, Core) else Core((), tuple(t))
-
-
-@dataclass
-class LAInfo:
-    dt: DType                                  # the op's float dtype (complex: pairs)
-    groups: list                               # te vars: the batch group extents
-    masks: dict                                # name -> per group: broadcast (size 1) there?
-    attrs: dict = field(default_factory=dict)
-    extra: tuple = ()                          # the op's own build info (in the key)
-
-    @property
-    def cplx(self) -> bool:
-        return self.dt.lanes == 2
-
-    @property
-    def compute(self) -> str:
-        return self.dt.compute
-
-    def zero(self):
-        return tirx.const(0.0, self.compute)
-
-    def one(self):
-        return tirx.const(1.0, self.compute)
-
-
-_INFO: list[LAInfo] = []
-
-
-def info() -> LAInfo:
-    """The build info of the kernel being built."""
-    return _INFO[-1]
-
-
-class LinalgOp(TensorOp):
-    """``tensor_op`` over batches of matrices (module docstring).
-
-    ``core(call, outs) -> {name: tuple}``: the core dims of every tensor input/output (symbol
-    names, or ints baked into the kernel); ``extra(call, outs) -> tuple``: hashable build info the
-    builder reads as ``info().extra`` (goes into the key); ``check(call, outs)``: validation that
-    shape inference cannot do. ``bcast``: the tensors whose batch dims broadcast against each
-    other (solve's x and y, and their grads); every other tensor's batch dims must be exactly
-    theirs (without ``bcast``: those of the first tensor), as Paddle's kernels assume.
-    ``dtype_exempt(call) -> names``: float inputs whose dtype ``check`` judges instead (an input
-    that is not read).
-    """
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, core, extra=None, check=None, pattern="units_and_matmuls", bcast=(),
-                 dtype_exempt=None, **options):
-        super().__init__(fn, validate=check, pattern=pattern, **options)
-        self.core = core
-        self.extra = extra
-        self.bcast = tuple(bcast)
-        self.dtype_exempt = dtype_exempt
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        exempt = tuple(self.dtype_exempt(call)) if self.dtype_exempt else ()
-        present, dt, metas = self.checked_inputs(call, exclude=exempt)
-        metas = {n: m for n, m in metas.items() if n not in exempt}
-        present = [n for n in present if n not in exempt]
-        if self.validate is not None:
-            self.validate(call, outs)
-        core = {n: _core(t) for n, t in self.core(call, outs).items()}
-        out_names = [o.name for o, m in zip(spec.outputs, outs) if m is not None]
-        all_metas = dict(metas)
-        all_metas.update({o.name: m for o, m in zip(spec.outputs, outs) if m is not None})
-        names = [n for n in present + out_names if n in core]
-        sizes: dict[str, int] = {}
-        batches = {}
-        for n in names:
-            shape, c = tuple(all_metas[n].shape), core[n]
-            nl, nt = len(c.lead), len(c.trail)
-            if len(shape) < nl + nt:
-                raise ValueError(f"{op}: {n!r} has shape {list(shape)}; it needs at least "
-                                 f"{nl + nt} dims")
-            where = list(range(nl)) + list(range(len(shape) - nt, len(shape)))
-            for sym, d, at in zip(c.lead + c.trail, shape[:nl] + shape[len(shape) - nt:], where):
-                if isinstance(sym, str):
-                    if sizes.setdefault(sym, d) != d:
-                        raise ValueError(f"{op}: {n!r} has shape {list(shape)}, which does not match "
-                                         f"the other inputs (dim {sym} is {sizes[sym]} elsewhere)")
-                elif sym != d:
-                    raise ValueError(f"{op}: {n!r} has shape {list(shape)}; its dim {at} must be "
-                                     f"{sym}, got {d}")
-            batches[n] = shape[nl: len(shape) - nt]
-        free = [n for n in names if n in self.bcast] or names[:1]
-        try:
-            domain = broadcast_shapes(*(batches[n] for n in free), names=tuple(free))
-        except MetaError as exc:
-            raise ValueError(f"{op}: batch dims: {exc}") from None
-        for n in names:
-            if n not in free and not same_shape(batches[n], domain):
-                raise ValueError(f"{op}: {n!r} has shape {list(all_metas[n].shape)}: its batch dims "
-                                 f"{list(batches[n])} must be {list(domain)} (those of "
-                                 f"{' and '.join(repr(f) for f in free)})")
-        groups, masks = coalesce(domain, [batches[n] for n in names], names, op)
-        mask_of = {n: tuple(m[i] for m in masks) for i, n in enumerate(names)}
-        def dims(tpl):
-            return tuple(sizes[s] if isinstance(s, str) else s for s in tpl)
-
-        view = {n: dims(core[n].lead) + tuple(1 if b else g for g, b in zip(groups, mask_of[n]))
-                + dims(core[n].trail) for n in names}
-        extra = self.extra(call, outs) if self.extra else ()
-        runtime = self.runtime_attrs(spec)
-        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
-        layout = tuple((n, core[n].lead, core[n].trail, mask_of[n], all_metas[n].dtype.name) for n in names)
-        key = ("linalg", op, dt.name, layout, static, extra)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = [Arg("input", n, shape=view[n]) for n in present
-                if n in core and n not in spec.no_need_buffer]
-        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
-        args += [Arg("output", n, shape=view[n]) for n in out_names]
-        attrs = dict(call.attrs)
-        dts = {n: all_metas[n].dtype for n in names}
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
-                    make=lambda: self._make_la(spec, dt, dts, names, core, mask_of, len(groups),
-                                               runtime, attrs, extra, out_names),
-                    args=tuple(args), pattern=self.pattern)
-
-    def _make_la(self, spec, dt, dts, names, core, mask_of, n_groups, runtime, attrs, extra, out_names):
-        groups = [te.var(f"g{j}", "int64") for j in range(n_groups)]
-        symbols = {}
-
-        def dim(d):
-            if isinstance(d, str):
-                if d not in symbols:
-                    symbols[d] = te.var(d, "int64")
-                return symbols[d]
-            return tirx.const(int(d), "int64")
-
-        tensors = {}
-        for n in names:
-            if n in out_names:
-                continue
-            shape = [dim(d) for d in core[n].lead]
-            shape += [tirx.const(1, "int64") if b else g for g, b in zip(groups, mask_of[n])]
-            shape += [dim(d) for d in core[n].trail]
-            if dts[n].lanes == 2:
-                shape.append(2)
-            tensors[n] = te.placeholder(shape, dts[n].storage, name=n)
-        scalars = {n: te.var(n, dt.compute) for n in runtime}
-        la = LAInfo(dt, groups, dict(mask_of), attrs, extra)
-        la.out_dtypes = {n: dts[n] for n in out_names}
-        la.dtypes = dict(dts)
-        la.out_core = {n: [dim(d) for d in core[n].trail] for n in out_names}
-        _INFO.append(la)
-        try:
-            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        finally:
-            _INFO.pop()
-        params = [tensors[n] for n in names if n in tensors and n not in spec.no_need_buffer]
-        params += [scalars[n] for n in runtime]
-        produced = [n if n in out_names else None for n in spec.output_names]
-        params += output_params(spec, produced, result)
-        return self.prim_func(spec, params)
-
-
-linalg_op = LinalgOp.decorator  # @linalg_op: a linalg-family builder (module docstring)
+def _groups(ctx) -> list:
+    """The batch groups' extents (size vars) of the kernel being built."""
+    return [ctx.symbol(g) for g in ctx.info.groups]
 
 
 # ------------------------------------------------------------------------------------------
@@ -273,10 +92,12 @@ def _bidx(b, mask):
 # lazy matrices
 
 class Mx:
-    """A batch of ``rows`` x ``cols`` matrices: ``M(b, i, j)`` -> scalar in the compute dtype."""
+    """A batch of ``rows`` x ``cols`` matrices: ``M(b, i, j)`` -> scalar in the compute dtype
+    (``ctx``: the build context of the kernel it belongs to)."""
 
-    def __init__(self, get, rows, cols, cplx: bool, tensor=None, cheap: bool = False,
+    def __init__(self, ctx, get, rows, cols, cplx: bool, tensor=None, cheap: bool = False,
                  direct: bool = False):
+        self.ctx = ctx
         self.get, self.rows, self.cols, self.cplx, self.tensor = get, rows, cols, cplx, tensor
         self.cheap = cheap or tensor is not None     # a load (of a view): no arithmetic
         self.direct = direct or tensor is not None   # a row-major load of a buffer
@@ -287,19 +108,19 @@ class Mx:
     # -- views
     @property
     def T(self) -> "Mx":
-        return Mx(lambda b, i, j: self.get(b, j, i), self.cols, self.rows, self.cplx, cheap=self.cheap)
+        return Mx(self.ctx, lambda b, i, j: self.get(b, j, i), self.cols, self.rows, self.cplx, cheap=self.cheap)
 
     @property
     def H(self) -> "Mx":
-        return Mx(lambda b, i, j: cconj(self.get(b, j, i)), self.cols, self.rows, self.cplx,
+        return Mx(self.ctx, lambda b, i, j: cconj(self.get(b, j, i)), self.cols, self.rows, self.cplx,
                   cheap=self.cheap)
 
     def conj(self) -> "Mx":
-        return Mx(lambda b, i, j: cconj(self.get(b, i, j)), self.rows, self.cols, self.cplx,
+        return Mx(self.ctx, lambda b, i, j: cconj(self.get(b, i, j)), self.rows, self.cols, self.cplx,
                   cheap=self.cheap)
 
     def sub(self, r0, c0, rows, cols) -> "Mx":
-        return Mx(lambda b, i, j: self.get(b, i + r0, j + c0), rows, cols, self.cplx, cheap=self.cheap)
+        return Mx(self.ctx, lambda b, i, j: self.get(b, i + r0, j + c0), rows, cols, self.cplx, cheap=self.cheap)
 
     def band(self, lower: int | None = None, upper: int | None = None) -> "Mx":
         """Keep entries with ``j - i`` in ``[-lower, upper]`` (None: unbounded): tril(k) is
@@ -311,8 +132,8 @@ class Mx:
             if lower is not None:
                 conds.append(i - j <= lower)
             v = self.get(b, i, j)
-            return select(tirx.all(*conds), v, info().zero()) if conds else v
-        return Mx(get, self.rows, self.cols, self.cplx)
+            return select(tirx.all(*conds), v, self.ctx.info.zero()) if conds else v
+        return Mx(self.ctx, get, self.rows, self.cols, self.cplx)
 
     def tril(self, k: int = 0) -> "Mx":
         return self.band(upper=k)
@@ -322,15 +143,15 @@ class Mx:
 
     def map(self, fn, cplx: bool | None = None) -> "Mx":
         """Elementwise ``fn(value, b, i, j)``."""
-        return Mx(lambda b, i, j: fn(self.get(b, i, j), b, i, j), self.rows, self.cols,
+        return Mx(self.ctx, lambda b, i, j: fn(self.get(b, i, j), b, i, j), self.rows, self.cols,
                   self.cplx if cplx is None else cplx)
 
     # -- elementwise arithmetic
     def _bin(self, other, op):
         if isinstance(other, Mx):
-            return Mx(lambda b, i, j: op(self.get(b, i, j), other.get(b, i, j)), self.rows,
+            return Mx(self.ctx, lambda b, i, j: op(self.get(b, i, j), other.get(b, i, j)), self.rows,
                       self.cols, self.cplx or other.cplx)
-        return Mx(lambda b, i, j: op(self.get(b, i, j), other), self.rows, self.cols,
+        return Mx(self.ctx, lambda b, i, j: op(self.get(b, i, j), other), self.rows, self.cols,
                   self.cplx or isinstance(other, Complex))
 
     def __add__(self, other):
@@ -345,7 +166,7 @@ class Mx:
         return self._bin(other, cmul)
 
     def __neg__(self):
-        return Mx(lambda b, i, j: -self.get(b, i, j), self.rows, self.cols, self.cplx)
+        return Mx(self.ctx, lambda b, i, j: -self.get(b, i, j), self.rows, self.cols, self.cplx)
 
     def __matmul__(self, other: "Mx") -> "Mx":
         return matmul(self, other)
@@ -353,10 +174,10 @@ class Mx:
     # -- materialisation
     def m(self, name: str) -> "Mx":
         """This matrix computed into a buffer (te.compute over the full batch)."""
-        la = info()
+        groups = _groups(self.ctx)
         cplx = self.cplx
-        shape = list(la.groups) + [self.rows, self.cols] + ([2] if cplx else [])
-        nb = len(la.groups)
+        shape = groups + [self.rows, self.cols] + ([2] if cplx else [])
+        nb = len(groups)
 
         def body(*idx):
             b, i, j = idx[:nb], idx[nb], idx[nb + 1]
@@ -367,12 +188,12 @@ class Mx:
             return v
 
         t = te.compute(shape, body, name=name)
-        return tensor_mx(t, cplx)
+        return tensor_mx(self.ctx, t, cplx)
 
 
-def tensor_mx(t, cplx: bool, mask=None) -> Mx:
+def tensor_mx(ctx, t, cplx: bool, mask=None) -> Mx:
     """An Mx over a full-batch (or ``mask``-broadcast) compute-dtype tensor."""
-    nb = len(info().groups)
+    nb = len(ctx.info.groups)
     mask = mask or (False,) * nb
 
     def get(b, i, j):
@@ -380,50 +201,50 @@ def tensor_mx(t, cplx: bool, mask=None) -> Mx:
         return Complex(t(*idx, 0), t(*idx, 1)) if cplx else t(*idx)
 
     shape = t.shape
-    return Mx(get, shape[nb], shape[nb + 1], cplx, tensor=t)
+    return Mx(ctx, get, shape[nb], shape[nb + 1], cplx, tensor=t)
 
 
-def inp(t, name: str) -> Mx:
+def inp(ctx, t, name: str) -> Mx:
     """An input matrix (a placeholder) as an Mx in the compute dtype."""
-    la = info()
+    la = ctx.info
     mask, dt = la.masks[name], la.dtypes[name]
     nb = len(la.groups)
-    return Mx(lambda b, i, j: _load(t, _bidx(b, mask) + [i, j], dt), t.shape[nb], t.shape[nb + 1],
+    return Mx(ctx, lambda b, i, j: _load(t, _bidx(b, mask) + [i, j], dt), t.shape[nb], t.shape[nb + 1],
               dt.lanes == 2, cheap=True, direct=True)
 
 
-def vec(t, name: str):
+def vec(ctx, t, name: str):
     """An input batch of vectors: ``(get(b, i) -> scalar, length)``."""
-    la = info()
+    la = ctx.info
     mask, dt = la.masks[name], la.dtypes[name]
     nb = len(la.groups)
     return (lambda b, i: _load(t, _bidx(b, mask) + [i], dt)), t.shape[nb]
 
 
-def sca(t, name: str, lead=()):
+def sca(ctx, t, name: str, lead=()):
     """An input batch of scalars (no trailing core dims; ``lead``: fixed leading indices, e.g.
     (1,) for slogdet's logabsdet row): ``get(b) -> scalar``."""
-    la = info()
+    la = ctx.info
     mask, dt = la.masks[name], la.dtypes[name]
     return lambda b: _load(t, [tirx.const(x, "int64") for x in lead] + _bidx(b, mask), dt)
 
 
-def eye(n, cplx: bool = False) -> Mx:
-    la = info()
-    return Mx(lambda b, i, j: lift_to(tirx.Select(i == j, la.one(), la.zero()), cplx), n, n, cplx)
+def eye(ctx, n, cplx: bool = False) -> Mx:
+    la = ctx.info
+    return Mx(ctx, lambda b, i, j: lift_to(tirx.Select(i == j, la.one(), la.zero()), cplx), n, n, cplx)
 
 
-def zeros(rows, cols, cplx: bool = False) -> Mx:
-    return Mx(lambda b, i, j: lift_to(info().zero(), cplx), rows, cols, cplx)
+def zeros(ctx, rows, cols, cplx: bool = False) -> Mx:
+    return Mx(ctx, lambda b, i, j: lift_to(ctx.info.zero(), cplx), rows, cols, cplx)
 
 
-def scalar_of(fn, name: str):
+def scalar_of(ctx, fn, name: str):
     """A per-batch scalar computed into a buffer: ``fn(b)`` -> value; returns ``get(b)``."""
-    la = info()
-    nb = len(la.groups)
+    groups = _groups(ctx)
+    nb = len(groups)
     probe = fn([tirx.const(0, "int64")] * nb)
     cplx = isinstance(probe, Complex)
-    shape = list(la.groups) + ([2] if cplx else [])
+    shape = groups + ([2] if cplx else [])
 
     def body(*idx):
         v = fn(idx[:nb])
@@ -440,15 +261,15 @@ def matmul(a: Mx, b: Mx, name: str = "mm") -> Mx:
     are not plain loads are computed into buffers first (else their arithmetic would run n times
     per element), and ``b`` always is unless it is a full-batch buffer itself, so that the
     innermost (column) loop reads it contiguously."""
-    la = info()
+    groups = _groups(a.ctx)
     if not a.cheap:
         a = a.m(f"{name}_a")
     if not b.direct:
         b = b.m(f"{name}_b")
     cplx = a.cplx or b.cplx
-    nb = len(la.groups)
+    nb = len(groups)
     k = te.reduce_axis((0, a.cols), name="k")
-    shape = list(la.groups) + [a.rows, b.cols] + ([2] if cplx else [])
+    shape = groups + [a.rows, b.cols] + ([2] if cplx else [])
 
     def body(*idx):
         bt, i, j = idx[:nb], idx[nb], idx[nb + 1]
@@ -459,24 +280,25 @@ def matmul(a: Mx, b: Mx, name: str = "mm") -> Mx:
         return te.sum(p, axis=k)
 
     t = te.compute(shape, body, name=name, attrs={"la.kind": "matmul"})
-    return tensor_mx(t, cplx)
+    return tensor_mx(a.ctx, t, cplx)
 
 
 # ------------------------------------------------------------------------------------------
 # outputs
 
-def _finish(get, name: str):
+def _finish(ctx, get, name: str):
     """The output ``name`` from ``get(b, *core_index)`` over the full batch: summed over the batch
     groups the output is broadcast along, in the output's storage dtype (complex: a trailing
     (re, im) dim)."""
-    la = info()
-    dt = la.out_dtypes[name]
+    la = ctx.info
+    dt = la.dtypes[name]
     mask = la.masks[name]
-    nb = len(la.groups)
-    core = list(la.out_core[name])
+    groups = _groups(ctx)
+    nb = len(groups)
+    core = [ctx.symbol(d) if isinstance(d, str) else ctx.const(d) for d in la.out_core[name]]
     nc = len(core)
     cplx = dt.lanes == 2
-    shape = [tirx.const(1, "int64") if mk else g for g, mk in zip(la.groups, mask)] + core \
+    shape = [ctx.const(1) if mk else g for g, mk in zip(groups, mask)] + core \
         + ([2] if cplx else [])
 
     def value(b, idx):
@@ -487,7 +309,7 @@ def _finish(get, name: str):
         return creal(v)
 
     if any(mask):
-        raxes = {j: te.reduce_axis((0, la.groups[j]), name=f"rb{j}") for j in range(nb) if mask[j]}
+        raxes = {j: te.reduce_axis((0, groups[j]), name=f"rb{j}") for j in range(nb) if mask[j]}
 
         def body(*idx):
             b = [raxes[j] if mask[j] else idx[j] for j in range(nb)]
@@ -502,12 +324,12 @@ def _finish(get, name: str):
 
 def finish(m: Mx, name: str):
     """The output ``name`` from a full-batch matrix (see ``_finish``)."""
-    return _finish(m, name)
+    return _finish(m.ctx, m, name)
 
 
-def finish_vec(get, name: str):
+def finish_vec(ctx, get, name: str):
     """A vector output from ``get(b, i)`` (see ``_finish``)."""
-    return _finish(get, name)
+    return _finish(ctx, get, name)
 
 
 # ------------------------------------------------------------------------------------------
@@ -581,16 +403,17 @@ def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, nam
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    la = info()
+    ctx = a.ctx
+    la, groups = ctx.info, _groups(ctx)
     cplx = a.cplx or b.cplx
     af, bf = _full(a if a.cplx == cplx else a, f"{name}_a"), _full(b, f"{name}_b")
     if cplx and not af.cplx:
         af = (a * lift_to(la.one(), True)).m(f"{name}_a")
     if cplx and not bf.cplx:
         bf = (b * lift_to(la.one(), True)).m(f"{name}_b")
-    nb = len(la.groups)
+    nb = len(groups)
     m_lower = lower if trans == "N" else not lower
-    shape = list(la.groups) + [bf.rows, bf.cols] + ([2] if cplx else [])
+    shape = groups + [bf.rows, bf.cols] + ([2] if cplx else [])
 
     def gen(ins, outs):
         A, B, X = _Buf(ins[0], cplx), _Buf(ins[1], cplx), _Buf(outs[0], cplx)
@@ -618,7 +441,7 @@ def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, nam
         return ib.get()
 
     t = te.extern([shape], [af.tensor, bf.tensor], gen, name=name, dtype=[la.compute])
-    return tensor_mx(t, cplx)
+    return tensor_mx(ctx, t, cplx)
 
 
 def _abs1(v):
@@ -632,8 +455,8 @@ class LU:
     """P·A = L·U with partial pivoting (LAPACK getrf order): ``lu`` holds L (unit lower, below the
     diagonal) and U; row i of P·A is row ``perm[i]`` of A, ``iperm`` is the inverse permutation."""
 
-    def __init__(self, lu_t, perm_t, iperm_t, cplx):
-        self.lu = tensor_mx(lu_t, cplx)
+    def __init__(self, ctx, lu_t, perm_t, iperm_t, cplx):
+        self.lu = tensor_mx(ctx, lu_t, cplx)
         self.perm_t, self.iperm_t, self.cplx = perm_t, iperm_t, cplx
 
     def perm(self, b, i):
@@ -650,13 +473,14 @@ def lu(a: Mx, name: str = "lu", iperm: bool = False) -> LU:
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    la = info()
+    ctx = a.ctx
+    la, groups = ctx.info, _groups(ctx)
     cplx = a.cplx
     af = _full(a, f"{name}_a")
-    nb = len(la.groups)
+    nb = len(groups)
     n = af.rows
-    shape = list(la.groups) + [n, n] + ([2] if cplx else [])
-    pshape = list(la.groups) + [n]
+    shape = groups + [n, n] + ([2] if cplx else [])
+    pshape = groups + [n]
 
     def gen(ins, outs):
         A, L = _Buf(ins[0], cplx), _Buf(outs[0], cplx)
@@ -708,7 +532,7 @@ def lu(a: Mx, name: str = "lu", iperm: bool = False) -> LU:
 
     outs = te.extern([shape, pshape] + ([pshape] if iperm else []), [af.tensor], gen, name=name,
                      dtype=[la.compute, "int64"] + (["int64"] if iperm else []))
-    return LU(outs[0], outs[1], outs[2] if iperm else None, cplx)
+    return LU(ctx, outs[0], outs[1], outs[2] if iperm else None, cplx)
 
 
 def lu_solve(f: LU, b: Mx, *, adjoint: bool = False, name: str = "lu_solve") -> Mx:
@@ -716,13 +540,14 @@ def lu_solve(f: LU, b: Mx, *, adjoint: bool = False, name: str = "lu_solve") -> 
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    la = info()
+    ctx = b.ctx
+    la, groups = ctx.info, _groups(ctx)
     cplx = f.cplx or b.cplx
     if cplx and not b.cplx:
         b = b * lift_to(la.one(), True)
     bf = _full(b, f"{name}_b")
-    nb = len(la.groups)
-    shape = list(la.groups) + [bf.rows, bf.cols] + ([2] if cplx else [])
+    nb = len(groups)
+    shape = groups + [bf.rows, bf.cols] + ([2] if cplx else [])
 
     def gen(ins, outs):
         L, P, B, X = _Buf(ins[0], f.cplx), T.buffer_proxy(ins[1]), _Buf(ins[2], cplx), _Buf(outs[0], cplx)
@@ -765,11 +590,11 @@ def lu_solve(f: LU, b: Mx, *, adjoint: bool = False, name: str = "lu_solve") -> 
         return ib.get()
 
     t = te.extern([shape], [f.lu.tensor, f.perm_t, bf.tensor], gen, name=name, dtype=[la.compute])
-    x = tensor_mx(t, cplx)
+    x = tensor_mx(ctx, t, cplx)
     if not adjoint:
         return x
     # x = P^T w: row perm[i] of x is row i of w, i.e. x[r] = w[iperm[r]]
-    return Mx(lambda bt, i, j: x(bt, f.iperm(bt, i), j), x.rows, x.cols, cplx)
+    return Mx(ctx, lambda bt, i, j: x(bt, f.iperm(bt, i), j), x.rows, x.cols, cplx)
 
 
 # ==========================================================================================
@@ -798,32 +623,32 @@ def _eps(dt) -> float:
 
 def _inv_h(a: Mx, name: str) -> Mx:
     """A^{-H} (A^{-T} for real A) by LU: solves A^H X = I."""
-    return lu_solve(lu(a, f"{name}_lu", iperm=True), eye(a.rows, a.cplx), adjoint=True, name=f"{name}_solve")
+    return lu_solve(lu(a, f"{name}_lu", iperm=True), eye(a.ctx, a.rows, a.cplx), adjoint=True, name=f"{name}_solve")
 
 
 def _inv(a: Mx, name: str) -> Mx:
     """A^{-1} by LU: solves A X = I."""
-    return lu_solve(lu(a, f"{name}_lu"), eye(a.rows, a.cplx), name=f"{name}_solve")
+    return lu_solve(lu(a, f"{name}_lu"), eye(a.ctx, a.rows, a.cplx), name=f"{name}_solve")
 
 
 @linalg_op(dtypes=LA_DTYPES, core=lambda call, outs: {"out": _SQ, "out_grad": _SQ, "x_grad": _SQ})
-def inverse_grad(out, out_grad):
+def inverse_grad(out, out_grad, ctx):
     """x_grad = -out^H · out_grad · out^H"""
-    o, g = inp(out, "out"), inp(out_grad, "out_grad")
+    o, g = inp(ctx, out, "out"), inp(ctx, out_grad, "out_grad")
     oh = o.H
     return finish(-((oh @ g) @ oh), "x_grad")
 
 
 @linalg_op(dtypes=LA_DTYPES, core=lambda call, outs: {"x": _SQ, "out": (), "out_grad": (), "x_grad": _SQ})
-def det_grad(x, out, out_grad):
+def det_grad(x, out, out_grad, ctx):
     """x_grad = out_grad · conj(out) · x^{-H}  (real: out_grad · out · x^{-T}), by LU (no explicit
     inverse product); a batch element whose |out| is below 1e-5 (single precision) / 1e-12
     (double) gets a zero grad. (Paddle 3.3.1 zeroes the whole tensor when any element of the batch
     is below the threshold; the other elements' grads are well defined, so only the singular ones
     are zeroed here.)"""
-    la = info()
-    a = inp(x, "x")
-    d, g = sca(out, "out"), sca(out_grad, "out_grad")
+    la = ctx.info
+    a = inp(ctx, x, "x")
+    d, g = sca(ctx, out, "out"), sca(ctx, out_grad, "out_grad")
     eps = tirx.const(_eps(la.dt), la.compute)
     ih = _inv_h(a, "inv")
 
@@ -831,7 +656,7 @@ def det_grad(x, out, out_grad):
         dv = d(b)
         return (tirx.hypot(dv.re, dv.im) if isinstance(dv, Complex) else tirx.abs(dv)) < eps
 
-    s = scalar_of(lambda b: cmul(g(b), cconj(d(b))), "scale")
+    s = scalar_of(ctx, lambda b: cmul(g(b), cconj(d(b))), "scale")
     zero = lift_to(la.zero(), la.cplx)
     # a select, not a product: the LU of a singular matrix holds inf/NaN
     return finish(ih.map(lambda v, b, i, j: select(small(b), zero, cmul(s(b), v))), "x_grad")
@@ -839,11 +664,11 @@ def det_grad(x, out, out_grad):
 
 @linalg_op(dtypes=LA_DTYPES,
            core=lambda call, outs: {"x": _SQ, "out": Core((2,), ()), "out_grad": Core((2,), ()), "x_grad": _SQ})
-def slogdet_grad(x, out, out_grad):
+def slogdet_grad(x, out, out_grad, ctx):
     """x_grad = out_grad[1] · x^{-H}  (out = (sign, log|det|) stacked in front of the batch dims;
     the sign's grad is ignored; real: x^{-T}), by LU"""
-    a = inp(x, "x")
-    g = sca(out_grad, "out_grad", lead=(1,))
+    a = inp(ctx, x, "x")
+    g = sca(ctx, out_grad, "out_grad", lead=(1,))
     ih = _inv_h(a, "inv")
     return finish(ih.map(lambda v, b, i, j: cmul(g(b), v)), "x_grad")
 
@@ -868,15 +693,15 @@ def _power_sum(p: Mx, g: Mx, n: int, name: str) -> Mx:
 
 
 @linalg_op(dtypes=LA_DTYPES, core=lambda call, outs: {"x": _SQ, "out": _SQ, "out_grad": _SQ, "x_grad": _SQ})
-def matrix_power_grad(x, out, out_grad, n):
+def matrix_power_grad(x, out, out_grad, n, ctx):
     """n = 0: x_grad = 0;  n > 0: x_grad = Σ_{k<n} (x^H)^k · out_grad · (x^H)^(n-1-k);
     n < 0: with B = x^{-1} (LU), m = -n: x_grad = -B^H · (Σ_{k<m} (B^H)^k · out_grad · (B^H)^(m-1-k)) · B^H.
     The sums take O(log |n|) products. (Paddle 3.3.1 uses plain transposes for complex inputs,
     inconsistent with its own inverse_grad and the x_grad = out_grad · conj(f') convention; the
     conjugate transposes here are the gradient.)"""
-    a, g = inp(x, "x"), inp(out_grad, "out_grad")
+    a, g = inp(ctx, x, "x"), inp(ctx, out_grad, "out_grad")
     if n == 0:
-        return finish(zeros(a.rows, a.cols, a.cplx), "x_grad")
+        return finish(zeros(ctx, a.rows, a.cols, a.cplx), "x_grad")
     if n > 0:
         return finish(_power_sum(a.H, g, n, "pw"), "x_grad")
     bi = _inv(a, "inv")
@@ -884,9 +709,9 @@ def matrix_power_grad(x, out, out_grad, n):
     return finish(-((bh @ _power_sum(bh, g, -n, "pw")) @ bh), "x_grad")
 
 
-def _vec_mx(get, n, cplx) -> Mx:
+def _vec_mx(ctx, get, n, cplx) -> Mx:
     """A batch of vectors as n x 1 matrices."""
-    return Mx(lambda b, i, j: get(b, i), n, tirx.const(1, "int64"), cplx)
+    return Mx(ctx, lambda b, i, j: get(b, i), n, tirx.const(1, "int64"), cplx)
 
 
 # ------------------------------------------------------------------------------------------
@@ -907,22 +732,22 @@ def _solve_core(call, outs):
 
 
 @linalg_op(dtypes=REAL_DTYPES, core=_solve_core, extra=lambda call, outs: (_solve_vector(call),), bcast=_XY)
-def solve_grad(x, y, out, out_grad):
+def solve_grad(x, y, out, out_grad, ctx):
     """out = x^{-1} y:  y_grad = x^{-T} out_grad (LU solve),  x_grad = -y_grad · out^T, each
     summed over the batch dims it was broadcast along; y may be a vector or a batch of vectors
     (Paddle's is_vector_rhs)."""
-    (vector,) = info().extra
-    a = inp(x, "x")
+    (vector,) = ctx.info.extra
+    a = inp(ctx, x, "x")
     if vector:
-        gv, n = vec(out_grad, "out_grad")
-        ov, _ = vec(out, "out")
-        g, o = _vec_mx(gv, n, False), _vec_mx(ov, n, False)
+        gv, n = vec(ctx, out_grad, "out_grad")
+        ov, _ = vec(ctx, out, "out")
+        g, o = _vec_mx(ctx, gv, n, False), _vec_mx(ctx, ov, n, False)
     else:
-        g, o = inp(out_grad, "out_grad"), inp(out, "out")
+        g, o = inp(ctx, out_grad, "out_grad"), inp(ctx, out, "out")
     gy = lu_solve(lu(a, "lu", iperm=True), g, adjoint=True, name="solve").m("y_grad_full")
     gx = -(gy @ o.H)
     if vector:
-        return finish(gx, "x_grad"), finish_vec(lambda b, i: gy(b, i, tirx.const(0, "int64")), "y_grad")
+        return finish(gx, "x_grad"), finish_vec(ctx, lambda b, i: gy(b, i, tirx.const(0, "int64")), "y_grad")
     return finish(gx, "x_grad"), finish(gy, "y_grad")
 
 
@@ -935,13 +760,13 @@ def _bin_core(call, outs):
 
 
 @linalg_op(dtypes=LA_DTYPES, core=_bin_core, bcast=_XY)
-def triangular_solve_grad(x, y, out, out_grad, upper, transpose, unitriangular):
+def triangular_solve_grad(x, y, out, out_grad, upper, transpose, unitriangular, ctx):
     """out = op(x)^{-1} y (op = transpose or identity):  y_grad = op(x)^{-H} out_grad (a
     triangular solve),  x_grad = -y_grad · out^H (transpose: -conj(out) · y_grad^T) restricted to x's
     triangle — strictly, when unitriangular (the diagonal is not read). Both summed over broadcast
     batch dims. (Paddle 3.3.1 keeps tril(·, 1) for lower unitriangular x: the diagonal and the
     first superdiagonal, which the forward never reads; the gradient there is 0.)"""
-    a, g, o = inp(x, "x"), inp(out_grad, "out_grad"), inp(out, "out")
+    a, g, o = inp(ctx, x, "x"), inp(ctx, out_grad, "out_grad"), inp(ctx, out, "out")
     lower = not upper
     if transpose:
         gy = trsm(a.conj(), g, lower=lower, trans="N", unit=unitriangular, name="solve")
@@ -958,19 +783,19 @@ def triangular_solve_grad(x, y, out, out_grad, upper, transpose, unitriangular):
 # Cholesky
 
 @linalg_op(dtypes=REAL_DTYPES, core=lambda call, outs: {"out": _SQ, "out_grad": _SQ, "x_grad": _SQ})
-def cholesky_grad(out, out_grad, upper):
+def cholesky_grad(out, out_grad, upper, ctx):
     """Murray (2016), as Paddle: L = out (upper: out^T), G likewise; φ = tril(L^T G) with its
     diagonal halved; S = L^{-T} φ L^{-1} (two triangular solves, no inverse);
     x_grad = (S + S^T) / 2"""
-    lo, g = inp(out, "out"), inp(out_grad, "out_grad")
+    lo, g = inp(ctx, out, "out"), inp(ctx, out_grad, "out_grad")
     if upper:
         lo, g = lo.T, g.T
     lm = lo.m("l") if upper else lo
-    phi = (lm.T @ g).map(lambda v, b, i, j: tirx.Select(i == j, v * tirx.const(0.5, info().compute),
-                                                        tirx.Select(j < i, v, info().zero())))
+    phi = (lm.T @ g).map(lambda v, b, i, j: tirx.Select(i == j, v * tirx.const(0.5, ctx.info.compute),
+                                                        tirx.Select(j < i, v, ctx.info.zero())))
     y = trsm(lm, phi, lower=True, trans="T", name="solve1")           # L^T Y = φ
     st = trsm(lm, y.T, lower=True, trans="T", name="solve2")          # L^T S^T = Y^T
-    half = tirx.const(0.5, info().compute)
+    half = tirx.const(0.5, ctx.info.compute)
     return finish((st + st.T) * half, "x_grad")
 
 
@@ -986,11 +811,11 @@ def _cholesky_solve(lf: Mx, g: Mx, upper: bool, name: str) -> Mx:
 @linalg_op(dtypes=REAL_DTYPES,
            core=lambda call, outs: {"x": ("n", "k"), "y": _SQ, "out": ("n", "k"), "out_grad": ("n", "k"),
                                     "x_grad": ("n", "k"), "y_grad": _SQ}, bcast=_XY)
-def cholesky_solve_grad(x, y, out, out_grad, upper):
+def cholesky_solve_grad(x, y, out, out_grad, upper, ctx):
     """out = (y y^T)^{-1} x (upper: (y^T y)^{-1} x):  x_grad = cholesky_solve(out_grad, y);
     C = x_grad · out^T + (x_grad · out^T)^T;  y_grad = -C·y (upper: -y·C), lower (upper) triangle;
     each summed over broadcast batch dims"""
-    f, g, o = inp(y, "y"), inp(out_grad, "out_grad"), inp(out, "out")
+    f, g, o = inp(ctx, y, "y"), inp(ctx, out_grad, "out_grad"), inp(ctx, out, "out")
     gx = _cholesky_solve(f, g, upper, "solve").m("x_grad_full")
     c = (gx @ o.H).m("c")
     c = c + c.H
@@ -1014,30 +839,30 @@ def _lu_unpack_check(call, outs):
            float_inputs=("x", "l", "u", "pmat", "l_grad", "u_grad"), check=_lu_unpack_check,
            pattern="generic",
            dtype_exempt=lambda call: () if call.attrs["unpack_pivots"] else ("pmat",))
-def lu_unpack_grad(x, y, l, u, pmat, l_grad, u_grad, unpack_ludata, unpack_pivots):
+def lu_unpack_grad(x, y, l, u, pmat, l_grad, u_grad, unpack_ludata, unpack_pivots, ctx):
     """x_grad = tril(l_grad, -1) + triu(u_grad), each placed in x's m x n shape (the pivots and
     the permutation matrix have no grad)"""
-    lg, ug = inp(l_grad, "l_grad"), inp(u_grad, "u_grad")
+    lg, ug = inp(ctx, l_grad, "l_grad"), inp(ctx, u_grad, "u_grad")
     k = lg.cols
     one = tirx.const(1, "int64")
 
     def get(b, i, j):
         lv = lg(b, i, tirx.min(j, k - one))
         uv = ug(b, tirx.min(i, k - one), j)
-        z = lift_to(info().zero(), lg.cplx)
+        z = lift_to(ctx.info.zero(), lg.cplx)
         return select(j < i, lv, select(i < k, uv, z))
 
-    return finish(Mx(get, x.shape[len(info().groups)], x.shape[len(info().groups) + 1], lg.cplx), "x_grad")
+    return finish(Mx(ctx, get, x.shape[len(ctx.info.groups)], x.shape[len(ctx.info.groups) + 1], lg.cplx), "x_grad")
 
 
-def _pivot_iperm(piv_t, name: str, m):
+def _pivot_iperm(ctx, piv_t, name: str, m):
     """From LAPACK's 1-based sequential row swaps (row i <-> row piv[i]-1, i < k) the permutation
     P of x = P·L·U, as ``iperm``: (P·M)[r] = M[iperm[r]]. One unit per batch element: the swaps
     applied to 0..m-1 give perm ((P^T x)[r] = x[perm[r]]), and iperm[perm[r]] = r."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
-    la = info()
+    la = ctx.info
     nb = len(la.groups)
     mask = la.masks["pivots"]
 
@@ -1062,7 +887,7 @@ def _pivot_iperm(piv_t, name: str, m):
                     ip[(*bt, pm[(*bt, i)])] = i
         return ib.get()
 
-    shape = list(la.groups) + [m]
+    shape = _groups(ctx) + [m]
     _, iperm_t = te.extern([shape, shape], [piv_t], gen, name=name, dtype=["int64", "int64"])
     return iperm_t
 
@@ -1090,16 +915,16 @@ def _lu_check(call, outs):
 
 @linalg_op(dtypes=LA_DTYPES, core=_lu_core, check=_lu_check, float_inputs=("x", "out", "out_grad"),
            extra=lambda call, outs: (call.meta("x").shape[-2] <= call.meta("x").shape[-1],))
-def lu_grad(x, out, pivots, out_grad, pivot):
+def lu_grad(x, out, pivots, out_grad, pivot, ctx):
     """x = P·L·U (out packs L below the diagonal, U on and above it; pivots: LAPACK's 1-based row
     swaps), G = out_grad, k = min(m, n), L_k, U_k the leading k x k blocks:
     φ = tril(L_k^H G_k, -1) + triu(G_k U_k^H);
     m <= n: φ -= tril(G[:, k:] U[:, k:]^H, -1); ψ = [φ U_k^{-H} | G[:, k:]]; x_grad = P L_k^{-H} ψ;
     m > n:  φ -= triu(L[k:]^H G[k:]); ψ = [L_k^{-H} φ ; G[k:]]; x_grad = P ψ U_k^{-H};
     all solves triangular (as Paddle / PyTorch's linalg_lu_backward)."""
-    (wide,) = info().extra
-    la = info()
-    lu_m, g = inp(out, "out"), inp(out_grad, "out_grad")
+    (wide,) = ctx.info.extra
+    la = ctx.info
+    lu_m, g = inp(ctx, out, "out"), inp(ctx, out_grad, "out_grad")
     cplx = lu_m.cplx
     m_, n_ = lu_m.rows, lu_m.cols
     k = m_ if wide else n_
@@ -1110,13 +935,13 @@ def lu_grad(x, out, pivots, out_grad, pivot):
     uk = lu_m.sub(zero, zero, k, k).triu().m("uk")
     gk = g.sub(zero, zero, k, k)
     phi = (lk.H @ gk).tril(-1) + (gk @ uk.H).triu()
-    iperm = _pivot_iperm(pivots, "perm", m_)
+    iperm = _pivot_iperm(ctx, pivots, "perm", m_)
     if wide:
         gr = g.sub(zero, k, k, n_ - k)
         ur = lu_m.sub(zero, k, k, n_ - k)
         phi = (phi - (gr @ ur.H).tril(-1)).m("phi")
         left = trsm(uk, phi.H, lower=False, trans="N", name="solve_u").H      # φ U^{-H}
-        psi = Mx(lambda b, i, j: select(j < k, left(b, i, tirx.min(j, k - 1)), g(b, i, j)), k, n_, cplx)
+        psi = Mx(ctx, lambda b, i, j: select(j < k, left(b, i, tirx.min(j, k - 1)), g(b, i, j)), k, n_, cplx)
         psi = trsm(lk, psi, lower=True, trans="H", unit=True, name="solve_l")   # L^{-H} ψ
         res = psi
     else:
@@ -1124,11 +949,11 @@ def lu_grad(x, out, pivots, out_grad, pivot):
         gr = g.sub(k, zero, m_ - k, k)
         phi = (phi - (lr.H @ gr).triu()).m("phi")
         top = trsm(lk, phi, lower=True, trans="H", unit=True, name="solve_l")   # L^{-H} φ
-        psi = Mx(lambda b, i, j: select(i < k, top(b, tirx.min(i, k - 1), j), g(b, i, j)), m_, k, cplx)
-        pp = Mx(lambda b, i, j: psi(b, iperm(*b, i), j), m_, n_, cplx).m("p_psi")
+        psi = Mx(ctx, lambda b, i, j: select(i < k, top(b, tirx.min(i, k - 1), j), g(b, i, j)), m_, k, cplx)
+        pp = Mx(ctx, lambda b, i, j: psi(b, iperm(*b, i), j), m_, n_, cplx).m("p_psi")
         res = trsm(uk, pp.H, lower=False, trans="N", name="solve_u").H          # (Pψ) U^{-H}
         return finish(res, "x_grad")
-    return finish(Mx(lambda b, i, j: res(b, iperm(*b, i), j), m_, n_, cplx), "x_grad")
+    return finish(Mx(ctx, lambda b, i, j: res(b, iperm(*b, i), j), m_, n_, cplx), "x_grad")
 
 
 # ------------------------------------------------------------------------------------------
@@ -1170,19 +995,19 @@ def _qr_square(dq: Mx, dr: Mx, q: Mx, r: Mx, name: str) -> Mx:
         diag = lift_to(creal(lo), mm.cplx)
         return select(i == j, diag, select(j < i, lo, up))
 
-    mh = Mx(herm, mm.rows, mm.cols, mm.cplx)
+    mh = Mx(mm.ctx, herm, mm.rows, mm.cols, mm.cplx)
     rhs = (dq + (q @ mh)).m(f"{name}_rhs")
     return trsm(r, rhs.H, lower=False, trans="N", name=f"{name}_solve").H
 
 
 @linalg_op(dtypes=LA_DTYPES, core=_qr_core, check=_qr_check,
            extra=lambda call, outs: (call.meta("x").shape[-2] >= call.meta("x").shape[-1],))
-def qr_grad(x, q, r, q_grad, r_grad, mode):
+def qr_grad(x, q, r, q_grad, r_grad, mode, ctx):
     """m >= n: dA = (dQ + Q·M) R^{-H}, M = copyltu(R dR^H - dQ^H Q) (Hermitian from the lower
     triangle, real diagonal);  m < n: with A = [X | Y], R = [U | V]: dX from the m >= n rule with
     dQ + Y dV^H and U, dY = Q dV.  mode 'r' and 'complete' with m > n raise, as in Paddle."""
-    (tall,) = info().extra
-    a, qm, rm, dq, dr = inp(x, "x"), inp(q, "q"), inp(r, "r"), inp(q_grad, "q_grad"), inp(r_grad, "r_grad")
+    (tall,) = ctx.info.extra
+    a, qm, rm, dq, dr = inp(ctx, x, "x"), inp(ctx, q, "q"), inp(ctx, r, "r"), inp(ctx, q_grad, "q_grad"), inp(ctx, r_grad, "r_grad")
     if tall:
         return finish(_qr_square(dq, dr, qm, rm, "qr"), "x_grad")
     zero = tirx.const(0, "int64")
@@ -1195,7 +1020,7 @@ def qr_grad(x, q, r, q_grad, r_grad, mode):
     dx = _qr_square(dq2, du, qm, u.m("u"), "qr")
     dy = qm @ dv
     cplx = dx.cplx
-    return finish(Mx(lambda b, i, j: select(j < m_, dx(b, i, tirx.min(j, m_ - 1)),
+    return finish(Mx(ctx, lambda b, i, j: select(j < m_, dx(b, i, tirx.min(j, m_ - 1)),
                                             dy(b, i, tirx.max(j - m_, zero))), m_, n_, cplx), "x_grad")
 
 
@@ -1243,7 +1068,7 @@ def _svd_extra(call, outs):
 
 @linalg_op(dtypes=LA_DTYPES, core=_svd_core, extra=_svd_extra, index_dtypes=("float32", "float64", "float16", "bfloat16"),
            float_inputs=("x", "u", "vh", "u_grad", "vh_grad"), check=_svd_check)
-def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices):
+def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices, ctx):
     """With k = min(m, n), U = u[:, :k], Vh = vh[:k] (full_matrices cuts them, and their grads),
     F_ij = 1 / (s_j² - s_i²) (0 on the diagonal):
     x_grad = U diag(gS) Vh
@@ -1252,11 +1077,11 @@ def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices):
     (absent grads drop their terms, as Paddle; with all three absent the grad is zeros like x,
     where Paddle returns a zero tensor of shape [1]; Paddle's batched complex kernel fails, the
     formula here is its per-matrix one, which is PyTorch's for gauge-invariant cotangents)."""
-    m_gt, n_gt = info().extra
-    la = info()
-    sv, k = vec(s, "s")
+    m_gt, n_gt = ctx.info.extra
+    la = ctx.info
+    sv, k = vec(ctx, s, "s")
     zero = tirx.const(0, "int64")
-    um, vhm = inp(u, "u"), inp(vh, "vh")
+    um, vhm = inp(ctx, u, "u"), inp(ctx, vh, "vh")
     cplx = um.cplx
     m_, n_ = um.rows, vhm.cols
     U = um.sub(zero, zero, m_, k)
@@ -1269,30 +1094,30 @@ def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices):
 
     terms = []
     if s_grad is not None:
-        gs, _ = vec(s_grad, "s_grad")
-        terms.append((U * Mx(lambda b, i, j: gs(b, j), m_, k, False)) @ VH)
+        gs, _ = vec(ctx, s_grad, "s_grad")
+        terms.append((U * Mx(ctx, lambda b, i, j: gs(b, j), m_, k, False)) @ VH)
     if u_grad is not None:
-        du = inp(u_grad, "u_grad").sub(zero, zero, m_, k)
+        du = inp(ctx, u_grad, "u_grad").sub(zero, zero, m_, k)
         du = du.m("duk") if full_matrices else du
         utg = (U.H @ du).m("utg")
-        inner = Mx(lambda b, i, j: cmul(utg(b, i, j) - cconj(utg(b, j, i)), fmat(b, i, j) * sv(b, j)), k, k, cplx)
+        inner = Mx(ctx, lambda b, i, j: cmul(utg(b, i, j) - cconj(utg(b, j, i)), fmat(b, i, j) * sv(b, j)), k, k, cplx)
         ut = U @ inner
         if m_gt:
             proj = du - (U @ utg)
             ut = ut + proj.map(lambda v, b, i, j: cdiv(v, sv(b, j)))
         terms.append(ut.m("ut") @ VH)
     if vh_grad is not None:
-        dvh = inp(vh_grad, "vh_grad").sub(zero, zero, k, n_)
+        dvh = inp(ctx, vh_grad, "vh_grad").sub(zero, zero, k, n_)
         dvh = dvh.m("dvhk") if full_matrices else dvh
         a1 = (VH @ dvh.H).m("vtg")
-        inner = Mx(lambda b, i, j: cmul(a1(b, i, j) - cconj(a1(b, j, i)), fmat(b, i, j)), k, k, cplx)
+        inner = Mx(ctx, lambda b, i, j: cmul(a1(b, i, j) - cconj(a1(b, j, i)), fmat(b, i, j)), k, k, cplx)
         vt = (inner @ VH).map(lambda v, b, i, j: cmul(v, sv(b, i)))
         if n_gt:
             proj = dvh - (a1.H @ VH)
             vt = vt + proj.map(lambda v, b, i, j: cdiv(v, sv(b, i)))
         terms.append(U @ vt.m("vt"))
     if not terms:
-        return finish(zeros(m_, n_, cplx), "x_grad")
+        return finish(zeros(ctx, m_, n_, cplx), "x_grad")
     total = terms[0]
     for t in terms[1:]:
         total = total + t
@@ -1308,14 +1133,14 @@ def _eig_core(call, outs):
 
 @linalg_op(dtypes=LA_DTYPES, core=_eig_core, index_dtypes=("float32", "float64", "float16", "bfloat16"),
            float_inputs=("out_v", "out_v_grad"), check=_real_pair_check(("out_w", "out_w_grad")))
-def eigh_grad(out_w, out_v, out_w_grad, out_v_grad):
+def eigh_grad(out_w, out_v, out_w_grad, out_v_grad, ctx):
     """x_grad = V (D + diag(gw)) V^H with D_ij = (½ (V^H gV - (V^H gV)^H))_ij / (w_j - w_i) off the
     diagonal (as Paddle; no symmetrisation). Paddle 3.3.1's CPU kernel is wrong for batches (only
     the first matrix is right); each matrix here gets its own gradient."""
-    la = info()
-    wv, _ = vec(out_w, "out_w")
-    gw, _ = vec(out_w_grad, "out_w_grad")
-    v, gv = inp(out_v, "out_v"), inp(out_v_grad, "out_v_grad")
+    la = ctx.info
+    wv, _ = vec(ctx, out_w, "out_w")
+    gw, _ = vec(ctx, out_w_grad, "out_w_grad")
+    v, gv = inp(ctx, out_v, "out_v"), inp(ctx, out_v_grad, "out_v_grad")
     r = (v.H @ gv).m("vhgv")
     half = tirx.const(0.5, la.compute)
 
@@ -1324,29 +1149,29 @@ def eigh_grad(out_w, out_v, out_w_grad, out_v_grad):
         off = cdiv(cmul(skew, half), wv(b, j) - wv(b, i))
         return select(i == j, lift_to(gw(b, i), v.cplx), off)
 
-    d = Mx(mid, v.rows, v.cols, v.cplx)
+    d = Mx(ctx, mid, v.rows, v.cols, v.cplx)
     return finish(v @ (d @ v.H).m("dvh"), "x_grad")
 
 
 @linalg_op(dtypes=LA_DTYPES, core=lambda call, outs: {"eigenvectors": _SQ, "eigenvalues_grad": ("n",), "x_grad": _SQ},
            index_dtypes=("float32", "float64", "float16", "bfloat16"), float_inputs=("eigenvectors",),
            check=_real_pair_check(("eigenvalues_grad",)))
-def eigvalsh_grad(eigenvectors, eigenvalues_grad, uplo, is_test):
+def eigvalsh_grad(eigenvectors, eigenvalues_grad, uplo, is_test, ctx):
     """x_grad = V diag(g) V^H (uplo does not matter). Paddle 3.3.1's CPU kernel is wrong for
     batches (only the first matrix is right); each matrix here gets its own gradient."""
-    v = inp(eigenvectors, "eigenvectors")
-    g, _ = vec(eigenvalues_grad, "eigenvalues_grad")
-    return finish(v @ Mx(lambda b, i, j: cmul(g(b, i), cconj(v(b, j, i))), v.cols, v.rows, v.cplx), "x_grad")
+    v = inp(ctx, eigenvectors, "eigenvectors")
+    g, _ = vec(ctx, eigenvalues_grad, "eigenvalues_grad")
+    return finish(v @ Mx(ctx, lambda b, i, j: cmul(g(b, i), cconj(v(b, j, i))), v.cols, v.rows, v.cplx), "x_grad")
 
 
 @linalg_op(dtypes=("complex64", "complex128"), core=_eig_core)
-def eig_grad(out_w, out_v, out_w_grad, out_v_grad):
+def eig_grad(out_w, out_v, out_w_grad, out_v_grad, ctx):
     """x_grad = V^{-H} (diag(gw) + (V^H gV - V^H V diag(Re diag(V^H gV))) / conj(E)) V^H,
     E_ij = w_j - w_i (as Paddle / PyTorch; the V^{-H} by an LU solve with V^H). Paddle 3.3.1's CPU
     kernel is wrong for batches (only the first matrix is right); each matrix here gets its own."""
-    wv, _ = vec(out_w, "out_w")
-    gw, _ = vec(out_w_grad, "out_w_grad")
-    v, gv = inp(out_v, "out_v"), inp(out_v_grad, "out_v_grad")
+    wv, _ = vec(ctx, out_w, "out_w")
+    gw, _ = vec(ctx, out_w_grad, "out_w_grad")
+    v, gv = inp(ctx, out_v, "out_v"), inp(ctx, out_v_grad, "out_v_grad")
     vh = v.H.m("vh")
     vhgv = (vh @ gv).m("vhgv")
     vhv = (vh @ v).m("vhv")
@@ -1355,5 +1180,5 @@ def eig_grad(out_w, out_v, out_w_grad, out_v_grad):
         r = vhgv(b, i, j) - cmul(vhv(b, i, j), creal(vhgv(b, j, j)))
         return select(i == j, gw(b, i), cdiv(r, cconj(wv(b, j)) - cconj(wv(b, i))))
 
-    rhs = Mx(mid, v.rows, v.cols, True) @ vh
+    rhs = Mx(ctx, mid, v.rows, v.cols, True) @ vh
     return finish(lu_solve(lu(vh, "lu"), rhs, name="solve"), "x_grad")
