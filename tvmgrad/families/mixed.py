@@ -23,7 +23,7 @@ from ..lazy import te, tirx
 from .base import Plan
 from .complex import Complex, lift
 from .pointwise import Pointwise
-from .signature import Buffer, Scalar, Signature
+from .signature import Scalar, Signature, buffers_of
 
 __all__ = ["Mixed", "mixed", "real_dtype"]
 
@@ -91,14 +91,12 @@ class Mixed(Pointwise):
                                                                      compute)
         # every tensor sees the coalesced domain: dim j is the shared size n<j>, or 1 where it
         # broadcasts (a complex tensor's (re, im) pair comes on top)
-        buffers = []
-        for i, n in enumerate(present + out_names):
-            role = "input" if i < len(present) else "output"
-            buffers.append(Buffer(role, n, dts[n], tuple(1 if m[i] else f"n{j}" for j, m in enumerate(masks)),
-                                  view=tuple(1 if m[i] else g for g, m in zip(groups, masks)),
-                                  param=not (role == "input" and n in spec.no_need_buffer)))
+        operands = list(enumerate(present + out_names))
+        dims = {n: tuple(1 if m[i] else f"n{j}" for j, m in enumerate(masks)) for i, n in operands}
+        views = {n: tuple(1 if m[i] else g for g, m in zip(groups, masks)) for i, n in operands}
+        buffers = buffers_of(spec, {n: call.meta(n) for n in present}, outs, views=views, dims=dims)
         scalars = tuple(Scalar(a.name, a.dtype, a.value) for a in args if a.kind == "scalar")
-        sig = Signature("mixed", op, dts[present[0]], tuple(buffers), scalars, (baked,))
+        sig = Signature("mixed", op, dts[present[0]], buffers, scalars, (baked,))
         attrs = dict(call.attrs)
         return sig.plan(
             lambda static: self._make_mixed(spec, dts, compute, present, out_names, masks, runtime, attrs),
