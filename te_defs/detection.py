@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmgrad.families.tensor import TensorOp
+from tvmgrad.families.tensor import tensor_op
 
 
 def _check(call, outs):
@@ -114,18 +114,9 @@ def _check_values(call):
                              f"outside the {H}x{W} grid")
 
 
-class _YoloOp(TensorOp):
-    """tensor_op whose shape checks also run without data (TensorOp validates only with data)."""
-
-    def plan(self, call, outs):
-        if not call.has_data:
-            self.checked_inputs(call)
-            _check_shapes(call)
-        return super().plan(call, outs)
-
-
-@_YoloOp.decorator(float_inputs=("x", "gt_box", "gt_score", "objectness_mask", "loss_grad"),
-                   pattern="separate_stages", index_dtypes=("int32", "int64"), validate=_check)
+@tensor_op(float_inputs=("x", "gt_box", "gt_score", "objectness_mask", "loss_grad"),
+           pattern="separate_stages", index_dtypes=("int32", "int64"), validate=_check,
+           validate_always=True)
 def yolo_loss_grad(x, gt_box, gt_label, gt_score, objectness_mask, gt_match_mask, loss_grad,
                    anchors, anchor_mask, class_num, ignore_thresh, downsample_ratio,
                    use_label_smooth, scale_x_y):

@@ -13,10 +13,10 @@ from tvmgrad.lazy import tirx
 from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import pointwise
 from tvmgrad.families.complex import Complex
+from tvmgrad.families.mixed import mixed
 
 from ._math import (cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, f32, is_cplx, sin, sinh,
                     sqrt, where)
-from .complex_ops import mixed
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too: their grads follow
 # Paddle's convention x_grad = out_grad · conj(f'(x)) (checked against Paddle in tests/test_complex.py).

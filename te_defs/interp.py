@@ -1,5 +1,5 @@
 """Interpolation and sampling grads: linear/bilinear/trilinear/bicubic/nearest_interp_grad,
-grid_sample_grad and affine_grid_grad (and the ``SampleOp`` family the ROI and signal grads share).
+grid_sample_grad and affine_grid_grad (``@sample_op`` builders, tvmgrad/families/sample.py).
 
 Semantics are Paddle 3.3.1's CPU kernels (phi/kernels/cpu/interpolate_grad_kernel.cc,
 grid_sample_grad_kernel.cc + grid_sample_utils.h, affine_grid_grad_kernel.cc), checked against
@@ -54,174 +54,17 @@ grid coordinate is 0 there (the centre, what the limit and PyTorch give).
 
 from __future__ import annotations
 
-import hashlib
 import math
-import threading
-from types import SimpleNamespace
 
 import numpy as np
 
-from tvmgrad.dtypes import FLOATS, to_compute
-from tvmgrad.families.base import Arg, OpImpl, Plan
-from tvmgrad.families.tensor import builder_kwargs, call_builder, output_params
-from tvmgrad.infer_meta import TensorMeta
+from tvmgrad.dtypes import to_compute
+from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import acc_dtype, cast_to, extern, i64, proxy
 from ._math import cast, const, f32, f64, mul_f32, where
 from ._plan import fail, host_array
-
-__all__ = ["SampleOp", "sample_op", "info", "Host"]
-
-
-# ------------------------------------------------------------------------------------------
-# The family: whole-tensor TE with a host-side planner
-
-_CTX = threading.local()
-
-
-def info():
-    """What the planner decided for the kernel being built: ``static`` (dict of code-changing
-    facts, in the kernel key), ``s`` (dict of runtime scalar parameters as TIR vars), ``dt``."""
-    return _CTX.info
-
-
-class Host:
-    """A planner's decisions for one call.
-
-    ``static``: code-changing facts (part of the kernel key; never a size); ``scalars``: runtime
-    parameters name -> (TVM dtype, value); ``alias``: outputs that are an input's data reshaped
-    (output -> input; no kernel work); ``host_only``: tensor inputs read on the host (not kernel
-    parameters); ``views``: tensor name -> the shape the kernel sees it with (same element
-    count; e.g. rank-independent kernels)."""
-
-    def __init__(self):
-        self.static = {}
-        self.scalars = {}
-        self.alias = {}
-        self.host_only = set()
-        self.views = {}
-
-
-def _fits_int32(metas, values) -> bool:
-    """Every tensor of the call (and every int64 scalar) is small enough for 32-bit index math,
-    with a factor-2 margin for the offsets the kernels form past an element count, and none
-    holds int64 data (TVM narrows only functions without int64 parameters)."""
-    limit = 2 ** 30
-    try:
-        for m in metas:
-            for x in (m if isinstance(m, list) else [m]):
-                if x is None:
-                    continue
-                if x.dtype.name == "int64" or math.prod(int(d) for d in x.shape) >= limit:
-                    return False
-        return all(abs(int(v)) < limit for v in values)
-    except TypeError:               # symbolic sizes (a Relax graph): keep 64-bit indices
-        return False
-
-
-class SampleOp(OpImpl):
-    """A whole-tensor TE builder planned on the host.
-
-    ``host(call, outs, dt) -> Host`` validates the call (index values included) and decides the
-    kernel's static variant and runtime scalars; the builder (YAML args: placeholders for the
-    kernel's tensors, None for absent and host-only ones, attribute values) reads them through
-    ``info()``. Attributes never enter the key by themselves: only ``Host.static`` does.
-    """
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, host, dtypes=FLOATS, float_inputs=None,
-                 index_dtypes=("int32", "int64"), pattern="gather_owners", infer_meta=None):
-        super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
-        self.host = host
-        self.float_inputs = None if float_inputs is None else tuple(float_inputs)
-        self.index_dtypes = tuple(index_dtypes)
-        self.pattern = pattern
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        present = [p.name for p in spec.tensor_args if call.tensors[p.name] is not None]
-        floats = [n for n in present if self.float_inputs is None or n in self.float_inputs]
-        dt = self.check_dtype(call, floats)
-        metas = {n: call.meta(n) for n in present}
-        h = self.host(call, outs, dt)
-        self.check_index_dtypes(call, [n for n in present if n not in floats and n not in h.host_only],
-                                self.index_dtypes)
-        kernel_inputs = [n for n in present if n not in h.host_only and n not in spec.no_need_buffer]
-        for n, shape in h.views.items():
-            if n in metas and metas[n] is not None:
-                metas[n] = TensorMeta(tuple(int(d) for d in shape), metas[n].dtype)
-
-        def lay(m):
-            if isinstance(m, list):
-                return tuple((x.ndim, x.dtype.name) for x in m)
-            return (m.ndim, m.dtype.name)
-
-        layout = tuple((n, lay(metas[n])) for n in present if n not in h.host_only)
-        kept = [None if (m is None or o.name in h.alias) else
-                (TensorMeta(tuple(int(d) for d in h.views[o.name]), m.dtype) if o.name in h.views else m)
-                for o, m in zip(spec.outputs, outs)]
-        out_layout = tuple(None if m is None else lay(m) for m in kept)
-        static = tuple(sorted(h.static.items()))
-        scalars = tuple((k, d) for k, (d, _) in h.scalars.items())
-        narrow = _fits_int32([metas[n] for n in present] + kept,
-                             [v for d, v in h.scalars.values() if d == "int64"])
-        key = ("sample", op, dt.name, layout, out_layout, static, scalars, narrow)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = []
-        def view(n):
-            return tuple(int(d) for d in h.views[n]) if n in h.views else None
-
-        for n in kernel_inputs:
-            if isinstance(metas[n], list):
-                args += [Arg("input", n, index=i) for i in range(len(metas[n]))]
-            else:
-                args.append(Arg("input", n, shape=view(n)))
-        args += [Arg("scalar", k, dtype=d, value=v) for k, (d, v) in h.scalars.items()]
-        for o, m in zip(spec.outputs, kept):
-            if m is not None:
-                args.append(Arg("output", o.name, shape=view(o.name)))
-        aliases = {o: (src, outs[spec.output_names.index(o)].shape) for o, src in h.alias.items()
-                   if outs[spec.output_names.index(o)] is not None}
-        attrs = dict(call.attrs)
-        built = SimpleNamespace(static=dict(h.static), scalars=dict(h.scalars), dt=dt)
-        make = None
-        if any(m is not None for m in kept):
-            make = lambda: self._make(spec, built, metas, kept, kernel_inputs, attrs)  # noqa: E731
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}", make=make, args=tuple(args),
-                    pattern=self.pattern, aliases=aliases, narrow_index=narrow)
-
-    def _make(self, spec, built, metas, outs, kernel_inputs, attrs):
-        def holder(name, meta):
-            shape = [te.var(f"{name}_d{d}", "int64") for d in range(meta.ndim)]
-            if meta.dtype.lanes == 2:
-                shape.append(tirx.const(2, "int64"))     # complex: the (re, im) pair
-            return te.placeholder(shape, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n in kernel_inputs:
-            m = metas[n]
-            tensors[n] = ([holder(f"{n}{i}", x) for i, x in enumerate(m)] if isinstance(m, list)
-                          else holder(n, m))
-        scalars = {k: te.var(k, d) for k, (d, _) in built.scalars.items()}
-        ctx = SimpleNamespace(static=built.static, s=scalars, dt=built.dt, metas=metas)
-        previous = getattr(_CTX, "info", None)
-        _CTX.info = ctx
-        try:
-            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, attrs))
-        finally:
-            _CTX.info = previous
-        params = []
-        for n in kernel_inputs:
-            params += tensors[n] if isinstance(tensors[n], list) else [tensors[n]]
-        params += list(scalars.values())
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
-
-
-sample_op = SampleOp.decorator  # @sample_op: a ``SampleOp`` builder (see the class)
-
 
 # ------------------------------------------------------------------------------------------
 # Interpolation: host side (exact replicas of Paddle's index arithmetic in numpy)
@@ -590,11 +433,10 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
     return lo, cnt, wt, flag
 
 
-def _interp_kernel(output_grad, insp):
+def _interp_kernel(ctx, output_grad, insp):
     """x_grad as a gather over the per-dim tables (see the module docstring): one owner per
     input element loops over the exact output ranges reaching it."""
-    ctx = info()
-    st, s, dt = ctx.static, ctx.s, ctx.dt
+    st, s, dt = ctx.info, ctx.scalars, ctx.dtype
     method, last, S = st["method"], st["last"], st["S"]
     ac, af = st["align_corners"], st["align_flag"]
     adt = acc_dtype(dt)
@@ -658,16 +500,15 @@ def _interp_kernel(output_grad, insp):
     return x_grad
 
 
-def _interp_builder(x, output_grad):
-    ctx = info()
-    st = ctx.static
+def _interp_builder(ctx, output_grad):
+    st = ctx.info
     # x is no_need_buffer: its spatial sizes are symbolic vars bound by the x_grad buffer
     insp = [te.var(f"in_{nm}", "int64") for nm in DIM_NAMES[st["S"]]]
     if st.get("zero"):
         g = output_grad
         shape = ([g.shape[0]] + insp + [g.shape[-1]]) if st["last"] else [g.shape[0], g.shape[1]] + insp
-        return te.compute(shape, lambda *i: const(0.0, ctx.dt.storage), name="x_grad")
-    return _interp_kernel(output_grad, insp)
+        return te.compute(shape, lambda *i: const(0.0, ctx.dtype.storage), name="x_grad")
+    return _interp_kernel(ctx, output_grad, insp)
 
 
 def _interp_op(fn):
@@ -677,37 +518,38 @@ def _interp_op(fn):
 
 @_interp_op
 def linear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
-                       out_h, out_w, scale, interp_method, align_corners, align_mode):
+                       out_h, out_w, scale, interp_method, align_corners, align_mode, ctx):
     """x_grad = (the linear-interpolation map)ᵀ · output_grad (see the module docstring)"""
-    return _interp_builder(x, output_grad)
+    return _interp_builder(ctx, output_grad)
 
 
 @_interp_op
 def bilinear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
-                         out_h, out_w, scale, interp_method, align_corners, align_mode):
+                         out_h, out_w, scale, interp_method, align_corners, align_mode, ctx):
     """x_grad = (the bilinear-interpolation map)ᵀ · output_grad (see the module docstring)"""
-    return _interp_builder(x, output_grad)
+    return _interp_builder(ctx, output_grad)
 
 
 @_interp_op
 def trilinear_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format,
-                          out_d, out_h, out_w, scale, interp_method, align_corners, align_mode):
+                          out_d, out_h, out_w, scale, interp_method, align_corners, align_mode,
+                          ctx):
     """x_grad = (the trilinear-interpolation map)ᵀ · output_grad (see the module docstring)"""
-    return _interp_builder(x, output_grad)
+    return _interp_builder(ctx, output_grad)
 
 
 @_interp_op
 def bicubic_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
-                        out_h, out_w, scale, interp_method, align_corners, align_mode):
+                        out_h, out_w, scale, interp_method, align_corners, align_mode, ctx):
     """x_grad = (the bicubic-interpolation map, A = −0.75, clamped taps)ᵀ · output_grad"""
-    return _interp_builder(x, output_grad)
+    return _interp_builder(ctx, output_grad)
 
 
 @_interp_op
 def nearest_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, data_format, out_d,
-                        out_h, out_w, scale, interp_method, align_corners, align_mode):
+                        out_h, out_w, scale, interp_method, align_corners, align_mode, ctx):
     """x_grad = (the nearest-neighbour map)ᵀ · output_grad (see the module docstring)"""
-    return _interp_builder(x, output_grad)
+    return _interp_builder(ctx, output_grad)
 
 
 # ------------------------------------------------------------------------------------------
@@ -763,7 +605,7 @@ def _round_even(v):
     return r + where(up, c(1.0), c(0.0))
 
 
-def _grid_coords(grid, axis, size, pad, ac, cdt, name):
+def _grid_coords(grid, dt, axis, size, pad, ac, cdt, name):
     """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
     2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
     rounding step of Paddle's (Eigen, unfused) arithmetic is its own stage so that no fused
@@ -773,7 +615,7 @@ def _grid_coords(grid, axis, size, pad, ac, cdt, name):
     c = lambda v: const(v, cdt)  # noqa: E731
     mxf = cast(mx, "float64")
     factor = cast(mxf * 0.5 if ac else (mxf + 1.0) * 0.5, cdt)
-    u = te.compute(shape, lambda n, o: (to_compute(grid[n, o, axis], info().dt).astype(cdt)
+    u = te.compute(shape, lambda n, o: (to_compute(grid[n, o, axis], dt).astype(cdt)
                                         + c(1.0)) * factor, name=f"{name}_u")
     c0 = u if ac else te.compute(shape, lambda n, o: u[n, o] - c(0.5), name=f"{name}_c0")
     if pad == "zeros":
@@ -844,21 +686,20 @@ _GRAD_TERMS = {
 
 
 @sample_op(host=_grid_host, float_inputs=("x", "grid", "out_grad"), pattern="gather_owners")
-def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners):
+def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
     """x_grad[n, c, corner(o)] += out_grad[n, c, o]·Π weights (corners of grid(o) in range; one
     owner per (n, c) plane, output positions in order); grid_grad[n, o] = Σ_c out_grad[n, c, o]·
     ∂(interpolated value)/∂(coordinate) · (unnormalise/clip/reflect slope); 0 for nearest"""
-    ctx = info()
-    st, dt = ctx.static, ctx.dt
+    st, dt = ctx.info, ctx.dtype
     S, md, pad, ac = st["S"], st["mode"], st["padding"], st["align_corners"]
     adt = acc_dtype(dt)
     cdt = adt
-    sizes = [ctx.s[f"size{ax}"] for ax in range(S)]         # W, H[, D]
+    sizes = [ctx.scalars[f"size{ax}"] for ax in range(S)]         # W, H[, D]
     N, C, P = x.shape
     Q = grid.shape[1]
     coords, scales = [], []
     for ax in range(S):
-        cc, sc = _grid_coords(grid, ax, sizes[ax], pad, ac, cdt, f"g{ax}")
+        cc, sc = _grid_coords(grid, dt, ax, sizes[ax], pad, ac, cdt, f"g{ax}")
         coords.append(cc)
         scales.append(sc)
 
@@ -1028,11 +869,10 @@ def _linspace(count, ac, cdt, name):
 
 @sample_op(host=_affine_host, float_inputs=("input", "output_grad"), pattern="gather_owners",
            infer_meta=None)
-def affine_grid_grad(input, output_grad, output_shape, align_corners):
+def affine_grid_grad(input, output_grad, output_shape, align_corners, ctx):
     """theta_grad[n, i, j] = Σ_{(d,)h,w} output_grad[n, (d,)h, w, i]·base[(d,)h, w, j] with
     base = [x_w, y_h, (z_d,) 1] (Paddle's linspace)"""
-    ctx = info()
-    S, ac, dt = ctx.static["S"], ctx.static["align_corners"], ctx.dt
+    S, ac, dt = ctx.info["S"], ctx.info["align_corners"], ctx.dtype
     adt = acc_dtype(dt)
     g = output_grad
     N = g.shape[0]

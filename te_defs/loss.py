@@ -13,12 +13,12 @@ import numpy as np
 from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.broadcast import coalesce
+from tvmgrad.families.view import view_op
 from tvmgrad.infer_meta import norm_axis
 from tvmgrad.lazy import te, tirx
 
 from ._math import const, float_attr, where
 from ._reduction import cdtype, ld, need_same_shape, store
-from .norm import view_op
 
 INDEX = ("int32", "int64")
 

@@ -1,9 +1,8 @@
 """Normalisation and norm grads: layer/group/instance/RMS norm, p-norms, renorm, spectral norm.
 
-Also home of ``view_op``, the whole-tensor family used by every reduction grad here and in
-softmax.py / loss.py: a ``tensor_op`` whose arrays are viewed (zero-copy) with shapes chosen per
-call, e.g. ``(rows, cols)`` for a layer norm or ``(pre, n, post)`` for a softmax along any axis,
-so that one kernel serves every rank and axis, and the schedules see plain row/column reductions.
+The reduction grads are ``@view_op`` builders (tvmgrad/families/view.py): their arrays are viewed
+with shapes chosen per call, e.g. ``(rows, cols)`` for a layer norm, so that one kernel serves
+every rank and axis.
 
 Semantics follow Paddle 3.3.1 (``phi/kernels/cpu/*``, ``gpu/*``); half types compute in float32
 and accumulate in float32 (as Paddle's GPU kernels do); float64 computes in float64.
@@ -11,7 +10,6 @@ and accumulate in float32 (as Paddle's GPU kernels do); float64 computes in floa
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
@@ -20,102 +18,12 @@ from tvmgrad.lazy import te, tirx
 
 from tvmgrad.dtypes import FLOATS, HALF, dtype as as_dtype
 from tvmgrad.families import OpError, pointwise
-from tvmgrad.families.base import Arg, Plan, scalar_arg
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params, view_shape
+from tvmgrad.families.view import view_op
 from tvmgrad.infer_meta import norm_axis, same_dim
 
 from ._math import const, float_attr, where
 from ._plan import split_axis
 from ._reduction import cdtype, ld, need_same_shape, store
-
-# ------------------------------------------------------------------------------------------
-# the view family
-
-class ViewOp(TensorOp):
-    """``tensor_op`` with per-call views.
-
-    ``views(call, outs) -> (templates, sizes)``: ``templates[name]`` is the shape the input or
-    output ``name`` is seen with (same elements, C order), each dim a symbol name (a runtime size
-    shared by every tensor that names it: one ``te.var``) or an int constant (baked into the
-    kernel, e.g. the 1 of a label along the class axis); ``sizes[symbol]`` is this call's value.
-    Tensors without a template keep their own shape, one var per dim. The kernel key holds the
-    templates, never the sizes, so one kernel serves every shape (and rank/axis, when the views
-    fold them away).
-
-    ``check(call, outs)`` validates what shape inference cannot (label values, ...), raising
-    ValueError/TypeError naming op and argument.
-    """
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, views=None, check=None, **options):
-        super().__init__(fn, validate=check, **options)
-        self.views = views
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        present, dt, metas = self.checked_inputs(call)
-        if self.validate is not None and call.has_data:
-            self.validate(call, outs)
-        templates, sizes = self.views(call, outs) if self.views else ({}, {})
-        out_names = [o.name for o in spec.outputs]
-        all_metas = dict(metas)
-        all_metas.update({o: m for o, m in zip(out_names, outs) if m is not None})
-        shapes = {}
-        for name, tpl in templates.items():
-            if name not in all_metas:
-                continue
-            shapes[name] = view_shape(op, name, tpl, sizes, all_metas[name])
-        templates = {n: tuple(t) for n, t in templates.items() if n in all_metas}
-        layout = tuple((n, templates.get(n, metas[n].ndim), metas[n].dtype.name) for n in present)
-        out_layout = tuple(None if m is None else (templates.get(o, m.ndim), m.dtype.name)
-                           for o, m in zip(out_names, outs))
-        runtime = self.runtime_attrs(spec)
-        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs if p.name not in runtime)
-        key = ("view", op, dt.name, layout, out_layout, static)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = []
-        for n in present:
-            if n in spec.no_need_buffer:
-                continue
-            args.append(Arg("input", n, shape=shapes.get(n)))
-        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
-        for o, m in zip(spec.outputs, outs):
-            if m is not None:
-                args.append(Arg("output", o.name, shape=shapes.get(o.name)))
-        attrs = dict(call.attrs)
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
-                    make=lambda: self._build(spec, dt, metas, outs, templates, runtime, attrs),
-                    args=tuple(args), pattern=self.pattern)
-
-    def _build(self, spec, dt, metas, outs, templates, runtime, attrs):
-        symbols = {}
-
-        def dim(d):
-            if isinstance(d, str):
-                if d not in symbols:
-                    symbols[d] = te.var(d, "int64")
-                return symbols[d]
-            return tirx.const(d, "int64")
-
-        tensors = {}
-        for n, m in metas.items():
-            tpl = templates.get(n)
-            shape = ([dim(d) for d in tpl] if tpl is not None
-                     else [te.var(f"{n}_d{i}", "int64") for i in range(m.ndim)])
-            if m.dtype.lanes == 2:
-                shape.append(tirx.const(2, "int64"))     # complex: the (re, im) pair
-            tensors[n] = te.placeholder(shape, m.dtype.storage, name=n)
-        scalars = {n: te.var(n, dt.compute) for n in runtime}
-        result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        params = [tensors[n] for n in metas if n not in spec.no_need_buffer]
-        params += [scalars[n] for n in runtime]
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
-
-
-view_op = ViewOp.decorator  # @view_op: a ``ViewOp`` (see its docstring)
-
 
 # ------------------------------------------------------------------------------------------
 # helpers of the norm grads

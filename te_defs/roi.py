@@ -37,13 +37,12 @@ import math
 import numpy as np
 
 from tvmgrad.dtypes import to_compute
-
+from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import acc_dtype, cast_to, extern, i64, proxy
 from ._math import cast, const, f64, where
 from ._plan import fail, host_array
-from .interp import Host, info, sample_op
 
 MAX_SAMPLES = 1 << 24      # samples per bin beyond which roi_align refuses (it would run ~forever)
 
@@ -189,19 +188,17 @@ def _zero_plane(T, O, n, c, H, W, dtype):
 
 @sample_op(host=_roi_align_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, spatial_scale,
-                   sampling_ratio, aligned):
+                   sampling_ratio, aligned, ctx):
     """x_grad[n, c] += Σ_{ROIs r of image n, bins, samples} bilinear weights of the sample ·
     out_grad[r, c, bin] / samples per bin"""
-    ctx = info()
-    st, dt = ctx.static, ctx.dt
+    st, dt = ctx.info, ctx.dtype
     ph_n, pw_n, ratio, al = st["ph"], st["pw"], st["ratio"], st["aligned"]
     adt = acc_dtype(dt)
     T_ = adt                                  # Paddle computes in T (float32 for half types)
     # x is no_need_buffer: its sizes are vars bound by the x_grad buffer (C is out_grad's)
-    N, C = te.var("x_d0", "int64"), out_grad.shape[1]
-    H, W = te.var("x_d2", "int64"), te.var("x_d3", "int64")
+    N, C, H, W = x.shape[0], out_grad.shape[1], x.shape[2], x.shape[3]
     R = boxes.shape[0]
-    scale = cast(ctx.s["spatial_scale"], T_)
+    scale = cast(spatial_scale, T_)                 # a runtime scalar (the host's float32 value)
     off = const(0.5 if al else 0.0, T_)
 
     def bx(k):
@@ -298,11 +295,10 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
 
 @sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def roi_pool_grad(x, boxes, boxes_num, arg_max, out_grad, pooled_height, pooled_width,
-                  spatial_scale):
+                  spatial_scale, ctx):
     """x_grad[n, c, arg_max[r, c, i, j]] += out_grad[r, c, i, j] for the ROIs r of image n
     (arg_max < 0: an empty bin, skipped)"""
-    ctx = info()
-    st, dt = ctx.static, ctx.dt
+    st, dt = ctx.info, ctx.dtype
     ph_n, pw_n = st["ph"], st["pw"]
     adt = acc_dtype(dt)
     N, C, H, W = x.shape
@@ -349,17 +345,16 @@ def _round_half_away(v):
 
 @sample_op(host=_psroi_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
 def psroi_pool_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, output_channels,
-                    spatial_scale):
+                    spatial_scale, ctx):
     """x_grad[n, (c·ph + i)·pw + j, bin(r, i, j)] += out_grad[r, c, i, j] / bin area for the
     ROIs r of image n"""
-    ctx = info()
-    st, dt = ctx.static, ctx.dt
+    st, dt = ctx.info, ctx.dtype
     ph_n, pw_n = st["ph"], st["pw"]
     adt = acc_dtype(dt)
     T_ = adt
     N, C, H, W = x.shape
     R = boxes.shape[0]
-    scale = cast(ctx.s["spatial_scale"], T_)
+    scale = cast(spatial_scale, T_)                 # a runtime scalar (the host's float32 value)
 
     def coord(k, plus_one):
         def f(r):

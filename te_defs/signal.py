@@ -31,13 +31,12 @@ from __future__ import annotations
 import math
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, to_compute
-
+from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import acc_dtype, cast_to, i64
 from ._math import cast, const, where
 from ._plan import fail
-from .interp import Host, info, sample_op
 
 
 # ------------------------------------------------------------------------------------------
@@ -62,13 +61,12 @@ def _ola_host(call, outs, dt):
 
 @sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="gather_owners",
            dtypes=FLOATS + COMPLEX)
-def overlap_add_grad(x, out_grad, hop_length, axis):
+def overlap_add_grad(x, out_grad, hop_length, axis, ctx):
     """x_grad[..., l, f] = out_grad[..., f·hop_length + l] (axis −1; the mirror for axis 0; a
     complex pair moves as it is)"""
-    ctx = info()
-    hop = ctx.s["hop_length"]
+    hop = hop_length                    # a runtime scalar: one kernel for every hop
     g = out_grad
-    if ctx.static["axis"] == -1:
+    if ctx.info["axis"] == -1:
         return te.compute(x.shape, lambda b, l, f, *c: g[(b, f * hop + l, *c)], name="x_grad")
     return te.compute(x.shape, lambda f, l, b, *c: g[(f * hop + l, b, *c)], name="x_grad")
 
@@ -116,12 +114,11 @@ def _corr_host(call, outs, dt):
 @sample_op(host=_corr_host, float_inputs=("input1", "input2", "out_grad"),
            pattern="gather_owners")
 def correlation_grad(input1, input2, out_grad, pad_size, kernel_size, max_displacement, stride1,
-                     stride2, corr_type_multiply):
+                     stride2, corr_type_multiply, ctx):
     """input1_grad[n,c,y,x] = Σ_t X2p[n,c,Y+tj·s2,X+ti·s2]·Σ_{windows ∋ (Y,X)} out_grad[n,t,j,i]
     / (kernel_size²·C); input2_grad[n,c,y,x] = Σ_t X1p[n,c,Y−tj·s2,X−ti·s2]·Σ_{windows ∋
     (Y−tj·s2, X−ti·s2)} out_grad[n,t,j,i] / (kernel_size²·C)"""
-    ctx = info()
-    st, dt = ctx.static, ctx.dt
+    st, dt = ctx.info, ctx.dtype
     k, ks, md, s1, s2, pad, dr = (st[n] for n in ("k", "ks", "md", "s1", "s2", "pad", "dr"))
     adt = acc_dtype(dt)
     N, C, H, W = input1.shape

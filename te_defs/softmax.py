@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from tvmgrad.dtypes import FLOATS
+from tvmgrad.families.view import view_op
 from tvmgrad.infer_meta import norm_axis, same_shape
 from tvmgrad.lazy import te, tirx
 
 from ._math import const, float_attr, where
 from ._reduction import axis_view, cdtype, ld, store
-from .norm import view_op
 
 INDEX = ("int32", "int64")
 

@@ -145,10 +145,11 @@ def check() -> list[str]:
 
 
 def check_builder(spec: OpSpec, impl: OpImpl) -> list[str]:
-    """A builder must take the YAML args in YAML order and have shape inference."""
+    """A builder must take the YAML args in YAML order (then ``ctx``, if it reads the build
+    context) and have shape inference."""
     problems = []
     expected = tuple(p.name for p in spec.args)
-    if impl.params != expected:
+    if impl.params not in (expected, expected + ("ctx",)):
         problems.append(f"{spec.name}: builder parameters {list(impl.params)} != YAML args "
                         f"{list(expected)}")
     im = spec.infer_meta.func if spec.infer_meta else impl.infer_meta

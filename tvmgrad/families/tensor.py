@@ -12,8 +12,10 @@ outputs must have one too.
 
 Options: ``dtypes`` (of the float inputs), ``float_inputs`` (which inputs carry that dtype; the
 rest are index tensors of ``index_dtypes``), ``static`` (float attributes to bake in), ``validate``
-(``fn(call, outs)`` raising ValueError for inputs shape inference cannot judge), ``pattern`` (the
-schedule module to use, ``schedules/<target>/<pattern>.py``; default: the generic rules).
+(``fn(call, outs)`` raising ValueError for inputs shape inference cannot judge; run on calls with
+data, and on every call with ``validate_always``: it checks ``call.has_data`` before reading
+values), ``pattern`` (the schedule module to use, ``schedules/<target>/<pattern>.py``; default:
+the generic rules).
 """
 
 from __future__ import annotations
@@ -36,13 +38,14 @@ class TensorOp(OpImpl):
 
     def __init__(self, fn: Callable, *, dtypes=FLOATS, infer_meta=None, static=(),
                  index_dtypes=("int32", "int64"), float_inputs=None, validate=None,
-                 pattern="generic"):
+                 validate_always=False, pattern="generic"):
         super().__init__(fn, dtypes=dtypes, infer_meta=infer_meta)
         self.pattern = pattern
         self.static = tuple(static)
         self.index_dtypes = tuple(index_dtypes)
         self.float_inputs = None if float_inputs is None else tuple(float_inputs)
         self.validate = validate
+        self.validate_always = validate_always
 
     def runtime_attrs(self, spec) -> list[str]:
         return [p.name for p in spec.attrs
@@ -79,7 +82,7 @@ class TensorOp(OpImpl):
 
     def plan(self, call, outs) -> Plan:
         present, dt, metas = self.checked_inputs(call)
-        if self.validate is not None and call.has_data:
+        if self.validate is not None and (call.has_data or self.validate_always):
             self.validate(call, outs)
         sig = self.signature(call, dt, metas, outs)
         spec, attrs = call.spec, dict(call.attrs)

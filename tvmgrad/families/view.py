@@ -1,0 +1,44 @@
+"""The view family: ``@tensor_op`` builders whose arrays are viewed (zero-copy) with shapes chosen
+per call, e.g. ``(rows, cols)`` for a layer norm or ``(pre, n, post)`` for a softmax along any
+axis, so that one kernel serves every rank and axis and the schedules see plain row/column
+reductions (the reduction grads of te_defs/norm.py, softmax.py and loss.py).
+
+``views(call, outs) -> (templates, sizes)``: ``templates[name]`` is the shape the input or output
+``name`` is seen with (same elements, C order), each dim a size symbol (a runtime size shared by
+every tensor that names it) or an int (baked into the kernel, e.g. the 1 of a label along the
+class axis); ``sizes[symbol]`` is this call's value. Tensors without a template keep their own
+shape, one size var per dim. The kernel key holds the templates, never the sizes.
+
+``check(call, outs)`` validates what shape inference cannot (label values, ...), raising
+ValueError/TypeError naming op and argument; it runs on calls with data.
+"""
+
+from __future__ import annotations
+
+from .base import Plan
+from .tensor import TensorOp, view_shape
+
+__all__ = ["ViewOp", "view_op"]
+
+
+class ViewOp(TensorOp):
+    """``tensor_op`` with per-call views (module docstring)."""
+
+    def __init__(self, fn, *, views=None, check=None, **options):
+        super().__init__(fn, validate=check, **options)
+        self.views = views
+
+    def plan(self, call, outs) -> Plan:
+        present, dt, metas = self.checked_inputs(call)
+        if self.validate is not None and call.has_data:
+            self.validate(call, outs)
+        templates, sizes = self.views(call, outs) if self.views else ({}, {})
+        every = dict(metas, **{o.name: m for o, m in zip(call.spec.outputs, outs) if m is not None})
+        templates = {n: tuple(t) for n, t in templates.items() if n in every}
+        views = {n: view_shape(call.op, n, t, sizes, every[n]) for n, t in templates.items()}
+        sig = self.signature(call, dt, metas, outs, family="view", views=views, dims=templates)
+        spec, attrs = call.spec, dict(call.attrs)
+        return sig.plan(lambda static: sig.build(self, spec, attrs), pattern=self.pattern)
+
+
+view_op = ViewOp.decorator  # @view_op: a ``ViewOp`` builder (module docstring)
