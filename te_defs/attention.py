@@ -62,15 +62,13 @@ build has no flash attention, the tests use an independent float64 reference of 
 
 from __future__ import annotations
 
-import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from tvmgrad.dtypes import FLOATS, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, Plan
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, call_builder, output_params
+from tvmgrad.families.attention import Desc, attn_op, index_dtype
 from tvmgrad.infer_meta import is_one
 from tvmgrad.lazy import te, tirx
 
@@ -78,160 +76,18 @@ from ._plan import fail
 
 __all__ = ["flash_attn_grad", "flash_attn_qkvpacked_grad", "flash_attn_unpadded_grad",
            "flash_attn_varlen_qkvpacked_grad", "flash_attn_with_sparse_mask_grad",
-           "memory_efficient_attention_grad", "AttnOp", "GRAIN", "MAX_HEAD_DIM"]
+           "memory_efficient_attention_grad", "GRAIN", "MAX_HEAD_DIM"]
 
 GRAIN = 64          # sequence dims of the tile stages are padded to a multiple of this
 MAX_HEAD_DIM = 256  # FlashAttention's limit (and the CUDA tiles')
 
 
 # ------------------------------------------------------------------------------------------
-# the family: per-call views, static head dims, runtime scalars
-
-@dataclass
-class Desc:
-    """What a call means for its kernel (built by an op's ``describe``)."""
-
-    dtype: object                                    # DType of the data
-    templates: dict = field(default_factory=dict)    # input -> dims (symbol str, int, or (sym, k))
-    scalars: list = field(default_factory=list)      # (name, tvm dtype, value): runtime args
-    info: tuple = ()                                 # hashable; read by the builder
-    index: str = "int64"                             # index arithmetic dtype (int32 if it fits)
-
-
-_INFO: list = []
-_IDX: list = []
-
-SMALL = 1 << 30     # every tensor and padded intermediate below this many elements: int32 indices
-
-
-def _idx() -> str:
-    """The index dtype of the kernel being built (int32 halves the registers of CUDA index
-    arithmetic; part of the kernel key)."""
-    return _IDX[-1] if _IDX else "int64"
-
-
-def index_dtype(*sizes) -> str:
-    """int32 when every given element count (inputs, outputs, padded intermediates) is below
-    SMALL, else int64."""
-    return "int32" if all(int(n) < SMALL for n in sizes) else "int64"
-
-
-def build_info() -> dict:
-    return dict(_INFO[-1]) if _INFO else {}
-
-
-class AttnOp(TensorOp):
-    """``tensor_op`` whose planner (``describe``) fixes the kernel's view of every input: which
-    dims are static (head dims, group sizes, broadcast dims), which symbolic and shared, which
-    inputs the kernel reads, and the runtime scalars (scale, max sequence lengths)."""
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, describe, pattern="attn_flash", **options):
-        super().__init__(fn, pattern=pattern, **options)
-        self.describe = describe
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        desc: Desc = self.describe(call, outs)
-        out_layout = tuple(None if m is None else m.dtype.name for m in outs)
-        key = ("attn", op, desc.dtype.name,
-               tuple((n, tuple(t), call.meta(n).dtype.name) for n, t in desc.templates.items()),
-               tuple((n, d) for n, d, _ in desc.scalars), desc.info, desc.index, out_layout)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        sizes = _symbol_sizes(call, desc)
-        args = []
-        for p in spec.tensor_args:
-            if p.name in desc.templates:
-                shape = tuple(_dim_value(d, sizes) for d in desc.templates[p.name])
-                if shape == tuple(call.meta(p.name).shape):
-                    shape = None
-                args.append(Arg("input", p.name, shape=shape))
-        args += [Arg("scalar", n, dtype=d, value=v) for n, d, v in desc.scalars]
-        for o, m in zip(spec.outputs, outs):
-            if m is not None:
-                args.append(Arg("output", o.name))
-        attrs = dict(call.attrs)
-        metas = {n: call.meta(n) for n in desc.templates}
-        return Plan(key=key, symbol=f"{op}_{desc.dtype.name}_{digest}",
-                    make=lambda: self._build(spec, desc, metas, outs, attrs),
-                    args=tuple(args), pattern=self.pattern)
-
-    def _build(self, spec, desc: Desc, metas, outs, attrs):
-        syms = {}
-        idx = desc.index
-
-        def sym(name):
-            if name not in syms:
-                syms[name] = te.var(name, idx)
-            return syms[name]
-
-        def dim(d):
-            if isinstance(d, str):
-                return sym(d)
-            if isinstance(d, tuple):
-                return sym(d[0]) * tirx.const(d[1], idx)
-            return tirx.const(int(d), idx)
-
-        scalars = {}
-        for n, d, _ in desc.scalars:
-            scalars[n] = sym(n) if d == "int64" else te.var(n, d)
-        tensors = {n: te.placeholder([dim(d) for d in tpl], metas[n].dtype.storage, name=n)
-                   for n, tpl in desc.templates.items()}
-        _INFO.append(desc.info)
-        _IDX.append(idx)
-        try:
-            result = call_builder(self.fn, spec, builder_kwargs(spec, tensors, scalars, attrs))
-        finally:
-            _INFO.pop()
-            _IDX.pop()
-        params = [tensors[p.name] for p in spec.tensor_args if p.name in tensors]
-        params += [scalars[n] for n, _, _ in desc.scalars]
-        params += output_params(spec, outs, result)
-        return self.prim_func(spec, params)
-
-
-def attn_op(**options):
-    return lambda fn: AttnOp(fn, **options)
-
+# call checks shared by the variants
 
 def _size(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
-
-def _symbol_sizes(call, desc: Desc) -> dict:
-    """symbol -> this call's value, from the first tensor dim that names it (consistency of the
-    others was checked by describe)."""
-    sizes = {n: v for n, d, v in desc.scalars if d == "int64"}
-    for name, tpl in desc.templates.items():
-        shape = _view_shape(call, name, tpl)
-        for d, v in zip(tpl, shape):
-            if isinstance(d, str):
-                sizes.setdefault(d, v)
-            elif isinstance(d, tuple):
-                sizes.setdefault(d[0], v // d[1])
-    return sizes
-
-
-def _view_shape(call, name, tpl):
-    shape = tuple(call.meta(name).shape)
-    if len(shape) == len(tpl):
-        return shape
-    # leading dims flattened into the first view dim (masks of rank > 4)
-    lead = len(shape) - len(tpl) + 1
-    return (_size(shape[:lead]),) + shape[lead:]
-
-
-def _dim_value(d, sizes):
-    if isinstance(d, str):
-        return sizes[d]
-    if isinstance(d, tuple):
-        return sizes[d[0]] * d[1]
-    return int(d)
-
-
-# ------------------------------------------------------------------------------------------
-# call checks shared by the variants
 
 def _call_sizes(call):
     """Element counts of every tensor of the call."""
@@ -400,13 +256,8 @@ class Core:
     masked: object = None     # (b, h, i, j) -> bool: hidden (causal / sparse)
 
 
-def _ix(v):
-    """An index constant (the kernel's index dtype)."""
-    return tirx.const(int(v), _idx())
-
-
-def _ceil(x, g=GRAIN):
-    return (x + _ix(g - 1)) // _ix(g) * _ix(g)
+def _ceil(ctx, x, g=GRAIN):
+    return (x + ctx.const(g - 1)) // ctx.const(g) * ctx.const(g)
 
 
 def _exp(x, cdt):
@@ -432,19 +283,19 @@ def _exp(x, cdt):
                        tirx.Select(x < c(lo), c(0.0), tirx.Select(tirx.isnan(x), x, y)))
 
 
-def _clamp(i, n):
+def _clamp(ctx, i, n):
     """i clamped into [0, n) (0 when n == 0; the value is then guarded anyway)."""
-    return tirx.max(tirx.min(i, n - _ix(1)), _ix(0))
+    return tirx.max(tirx.min(i, n - ctx.const(1)), ctx.const(0))
 
 
-def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
+def _core(ctx, c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     """Returns dQ [B, H, Sqp, D], dK [B, Hk, Skp, D], dV [B, Hk, Skp, Dv] (compute dtype, padded
     rows zero) and, with ``bias_grad = (shape, bcast_b, bcast_h, out_dtype)``, the bias grad."""
     cdt = c.cdt
     f0 = tirx.const(0, cdt)
     G, D, Dv = c.G, c.D, c.Dv
-    Gc = _ix(G)
-    Sqp, Skp = _ceil(c.Sq), _ceil(c.Sk)
+    Gc = ctx.const(G)
+    Sqp, Skp = _ceil(ctx, c.Sq), _ceil(ctx, c.Sk)
     len_q = c.len_q or (lambda b: c.Sq)
     len_k = c.len_k or (lambda b: c.Sk)
     ok_q = lambda b, i: i < len_q(b)  # noqa: E731
@@ -453,11 +304,11 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     def guard(ok, value):
         return tirx.if_then_else(ok, value, f0)
 
-    qs = te.compute((c.B, c.H, Sqp, _ix(D)), lambda b, h, i, d: guard(
+    qs = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: guard(
         ok_q(b, i), c.q(b, i, h, d)), name="attn_qs", attrs={"attn.src": "q"})
-    dos = te.compute((c.B, c.H, Sqp, _ix(Dv)), lambda b, h, i, d: guard(
+    dos = te.compute((c.B, c.H, Sqp, ctx.const(Dv)), lambda b, h, i, d: guard(
         ok_q(b, i), c.do(b, i, h, d)), name="attn_dos", attrs={"attn.src": "do"})
-    rd = te.reduce_axis((_ix(0), _ix(Dv)), name="rd")
+    rd = te.reduce_axis((ctx.const(0), ctx.const(Dv)), name="rd")
     delta = te.compute((c.B, c.H, Sqp), lambda b, h, i: te.sum(
         dos[b, h, i, rd] * guard(ok_q(b, i), c.o(b, i, h, rd)), axis=rd), name="attn_delta",
         attrs={"attn.src": "delta"})
@@ -469,9 +320,9 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
         return tirx.if_then_else(ok_q(b, i), tirx.Select(v == ninf, f0, v), inf)
 
     lset = te.compute((c.B, c.H, Sqp), lse_row, name="attn_lse", attrs={"attn.src": "lse"})
-    kT = te.compute((c.B, c.Hk, _ix(D), Skp), lambda b, h, d, j: guard(
+    kT = te.compute((c.B, c.Hk, ctx.const(D), Skp), lambda b, h, d, j: guard(
         ok_k(b, j), c.k(b, j, h, d)), name="attn_kT", attrs={"attn.src": "kT"})
-    vT = te.compute((c.B, c.Hk, _ix(Dv), Skp), lambda b, h, d, j: guard(
+    vT = te.compute((c.B, c.Hk, ctx.const(Dv), Skp), lambda b, h, d, j: guard(
         ok_k(b, j), c.v(b, j, h, d)), name="attn_vT", attrs={"attn.src": "vT"})
 
     def probs(S, b, h, i, j):
@@ -485,8 +336,8 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
 
     def tiles(tag):
         """S, dP (reductions over the head dims), P and dS for one kernel (tagged stages)."""
-        r1 = te.reduce_axis((_ix(0), _ix(D)), name=f"rs_{tag}")
-        r2 = te.reduce_axis((_ix(0), _ix(Dv)), name=f"rp_{tag}")
+        r1 = te.reduce_axis((ctx.const(0), ctx.const(D)), name=f"rs_{tag}")
+        r2 = te.reduce_axis((ctx.const(0), ctx.const(Dv)), name=f"rp_{tag}")
         shape = (c.B, c.H, Sqp, Skp)
         S = te.compute(shape, lambda b, h, i, j: te.sum(qs[b, h, i, r1] * kT[b, h // Gc, r1, j],
                                                         axis=r1),
@@ -504,57 +355,57 @@ def _core(c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     if want_dkv:
         P, dS = tiles("kv")
         Dm = max(D, Dv)
-        rg = te.reduce_axis((_ix(0), Gc), name="rg")
-        ri = te.reduce_axis((_ix(0), Sqp), name="ri")
+        rg = te.reduce_axis((ctx.const(0), Gc), name="rg")
+        ri = te.reduce_axis((ctx.const(0), Sqp), name="ri")
         pair = te.comm_reducer(lambda x, y: (x[0] + y[0], x[1] + y[1]),
                                lambda t0, t1: (tirx.const(0, t0), tirx.const(0, t1)),
                                name="pair_sum")
 
         def kv(b, kh, j, d):
             h = kh * Gc + rg
-            dq_ = d if D == Dm else tirx.min(d, _ix(D - 1))
-            dv_ = d if Dv == Dm else tirx.min(d, _ix(Dv - 1))
+            dq_ = d if D == Dm else tirx.min(d, ctx.const(D - 1))
+            dv_ = d if Dv == Dm else tirx.min(d, ctx.const(Dv - 1))
             return pair((dS[b, h, ri, j] * qs[b, h, ri, dq_], P[b, h, ri, j] * dos[b, h, ri, dv_]),
                         axis=[rg, ri])
 
-        dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, _ix(Dm)), kv, name="attn_dkv",
+        dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, ctx.const(Dm)), kv, name="attn_dkv",
                                     attrs={"attn.main": "kv", "attn.d": D, "attn.dv": Dv})
-        out["dk"] = te.compute((c.B, c.Hk, Skp, _ix(D)), lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
+        out["dk"] = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
                                name="attn_dk", attrs={"attn.epilogue": "kv"})
-        out["dv"] = te.compute((c.B, c.Hk, Skp, _ix(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
+        out["dv"] = te.compute((c.B, c.Hk, Skp, ctx.const(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
                                name="attn_dv", attrs={"attn.epilogue": "kv"})
     if want_dq:
-        ks = te.compute((c.B, c.Hk, Skp, _ix(D)), lambda b, h, j, d: guard(
+        ks = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: guard(
             ok_k(b, j), c.k(b, j, h, d)), name="attn_ks", attrs={"attn.src": "k"})
         P, dS = tiles("q")
-        rj = te.reduce_axis((_ix(0), Skp), name="rj")
-        dq_acc = te.compute((c.B, c.H, Sqp, _ix(D)), lambda b, h, i, d: te.sum(
+        rj = te.reduce_axis((ctx.const(0), Skp), name="rj")
+        dq_acc = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: te.sum(
             dS[b, h, i, rj] * ks[b, h // Gc, rj, d], axis=rj), name="attn_dq",
             attrs={"attn.main": "q", "attn.d": D, "attn.dv": Dv})
-        out["dq"] = te.compute((c.B, c.H, Sqp, _ix(D)), lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
+        out["dq"] = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
                                name="attn_dq_out", attrs={"attn.epilogue": "q"})
     if bias_grad is not None:
-        out["bias"] = _bias_grad(c, qs, dos, kT, vT, delta, probs, bias_grad)
+        out["bias"] = _bias_grad(ctx, c, qs, dos, kT, vT, delta, probs, bias_grad)
     return out
 
 
-def _bias_grad(c: Core, qs, dos, kT, vT, delta, probs, spec):
+def _bias_grad(ctx, c: Core, qs, dos, kT, vT, delta, probs, spec):
     """bias_grad[bb, hb, i, j] = Σ dS[b, h, i, j] over the bias's broadcast batch/head dims."""
     shape, bcast_b, bcast_h, storage = spec
     D, Dv = c.D, c.Dv
-    r1 = te.reduce_axis((_ix(0), _ix(D)), name="rs_b")
-    r2 = te.reduce_axis((_ix(0), _ix(Dv)), name="rp_b")
-    Sqp, Skp = _ceil(c.Sq), _ceil(c.Sk)
+    r1 = te.reduce_axis((ctx.const(0), ctx.const(D)), name="rs_b")
+    r2 = te.reduce_axis((ctx.const(0), ctx.const(Dv)), name="rp_b")
+    Sqp, Skp = _ceil(ctx, c.Sq), _ceil(ctx, c.Sk)
     full = (c.B, c.H, Sqp, Skp)
-    Gc = _ix(c.G)
+    Gc = ctx.const(c.G)
     S = te.compute(full, lambda b, h, i, j: te.sum(qs[b, h, i, r1] * kT[b, h // Gc, r1, j], axis=r1),
                    name="attn_S_b", attrs={"attn.tile": "S"})
     dP = te.compute(full, lambda b, h, i, j: te.sum(dos[b, h, i, r2] * vT[b, h // Gc, r2, j], axis=r2),
                     name="attn_dP_b", attrs={"attn.tile": "dP"})
     dS = te.compute(full, lambda b, h, i, j: probs(S[b, h, i, j], b, h, i, j)
                     * (dP[b, h, i, j] - delta[b, h, i]), name="attn_dS_b", attrs={"attn.tile": "dS"})
-    rb = te.reduce_axis((_ix(0), c.B if bcast_b else _ix(1)), name="rb")
-    rh = te.reduce_axis((_ix(0), c.H if bcast_h else _ix(1)), name="rh")
+    rb = te.reduce_axis((ctx.const(0), c.B if bcast_b else ctx.const(1)), name="rb")
+    rh = te.reduce_axis((ctx.const(0), c.H if bcast_h else ctx.const(1)), name="rh")
     lead = len(shape) - 2
 
     def body(*idx):
@@ -586,17 +437,17 @@ def _loader(t, dt):
     return lambda *idx: to_compute(t[tuple(idx)], dt)
 
 
-def _mask_add(mask, bcast, dt, Sk, Sq=None):
+def _mask_add(ctx, mask, bcast, dt, Sk):
     """(b, h, i, j) -> the additive mask's value (indices clamped into its view)."""
     if mask is None:
         return None
     keep_b, keep_h, keep_q = bcast
     ld = _loader(mask, dt)
-    z = _ix(0)
+    z = ctx.const(0)
 
     def add(b, h, i, j):
-        return ld(b if keep_b else z, h if keep_h else z, _clamp(i, mask.shape[2]) if keep_q else z,
-                  _clamp(j, Sk))
+        return ld(b if keep_b else z, h if keep_h else z, _clamp(ctx, i, mask.shape[2]) if keep_q else z,
+                  _clamp(ctx, j, Sk))
     return add
 
 
@@ -672,34 +523,35 @@ def _describe_padded(call, outs, packed=False, sparse=False):
     return Desc(dt, templates, [], info, idx)
 
 
-def _padded_core(info, dt, q, k, v, out, lse, out_grad, mask=None, sparse=None, packed=None):
+def _padded_core(ctx, dt, q, k, v, out, lse, out_grad, mask=None, sparse=None, packed=None):
     """Core of the padded layouts ([B, S, H, D] tensors, or packed qkv)."""
+    info = ctx.info
     G, D = info["G"], info["D"]
     if packed is not None:
         B, S, _, Hk, _ = packed.shape
         Sq = Sk = S
-        Gc = _ix(G)
+        Gc = ctx.const(G)
         ld = _loader(packed, dt)
         qa = lambda b, i, h, d: ld(b, i, h // Hk, h % Hk, d)  # noqa: E731
         ka = lambda b, j, h, d: ld(b, j, Gc, h, d)  # noqa: E731
-        va = lambda b, j, h, d: ld(b, j, Gc + _ix(1), h, d)  # noqa: E731
+        va = lambda b, j, h, d: ld(b, j, Gc + ctx.const(1), h, d)  # noqa: E731
     else:
         B, Sq, _, _ = q.shape
         Sk, Hk = k.shape[1], k.shape[2]
         qa, ka, va = _loader(q, dt), _loader(k, dt), _loader(v, dt)
-    H = Hk * _ix(G)
+    H = Hk * ctx.const(G)
     cdt = dt.compute
     lse_ld = _loader(lse, as_dtype(str(lse.dtype)))
     masked = _causal if info["causal"] else None
     if sparse is not None:
-        masked = _sparse_mask(sparse, H, Sk, info["causal"])
+        masked = _sparse_mask(ctx, sparse, H, Sk, info["causal"])
     core = Core(B=B, H=H, Hk=Hk, G=G, D=D, Dv=D, Sq=Sq, Sk=Sk, cdt=cdt, q=qa, k=ka, v=va,
                 o=_loader(out, dt), do=_loader(out_grad, dt),
                 lse=lambda b, h, i: lse_ld(b, h, i).astype(cdt),
                 scale=tirx.const(info["scale"], cdt),
-                mask_add=_mask_add(mask, info["mask"], dt, Sk) if mask is not None else None,
+                mask_add=_mask_add(ctx, mask, info["mask"], dt, Sk) if mask is not None else None,
                 masked=masked)
-    return core, _core(core)
+    return core, _core(ctx, core)
 
 
 def _to_bshd(t, shape, storage, name):
@@ -708,12 +560,11 @@ def _to_bshd(t, shape, storage, name):
 
 
 @attn_op(describe=_describe_padded)
-def flash_attn_grad(q, k, v, out, softmax_lse, seed_offset, attn_mask, out_grad, dropout=0.0,
-                    causal=False):
+def flash_attn_grad(q, k, v, out, softmax_lse, seed_offset, attn_mask, out_grad, dropout, causal,
+                    ctx):
     """FlashAttention-2 backward, [B, S, H, D] layout (see the module docstring)"""
-    info = build_info()
     dt = as_dtype(str(q.dtype))
-    _, g = _padded_core(info, dt, q, k, v, out, softmax_lse, out_grad, mask=attn_mask)
+    _, g = _padded_core(ctx, dt, q, k, v, out, softmax_lse, out_grad, mask=attn_mask)
     st = dt.storage
     return (_to_bshd(g["dq"], q.shape, st, "q_grad"), _to_bshd(g["dk"], k.shape, st, "k_grad"),
             _to_bshd(g["dv"], v.shape, st, "v_grad"))
@@ -721,20 +572,20 @@ def flash_attn_grad(q, k, v, out, softmax_lse, seed_offset, attn_mask, out_grad,
 
 @attn_op(describe=lambda call, outs: _describe_padded(call, outs, packed=True))
 def flash_attn_qkvpacked_grad(qkv, out, softmax_lse, seed_offset, attn_mask, out_grad,
-                              dropout=0.0, causal=False):
+                              dropout, causal, ctx):
     """FlashAttention-2 backward on a packed qkv [B, S, H/Hk + 2, Hk, D]"""
-    info = build_info()
+    info = ctx.info
     dt = as_dtype(str(qkv.dtype))
-    _, g = _padded_core(info, dt, None, None, None, out, softmax_lse, out_grad, mask=attn_mask,
+    _, g = _padded_core(ctx, dt, None, None, None, out, softmax_lse, out_grad, mask=attn_mask,
                         packed=qkv)
     G = info["G"]
     Hk = qkv.shape[3]
     st = dt.storage
 
     def assemble(b, s, grp, kh, d):
-        gq = g["dq"][b, tirx.min(grp, _ix(G - 1)) * Hk + kh, s, d]
-        return tirx.Select(grp < _ix(G), gq, tirx.Select(
-            grp == _ix(G), g["dk"][b, kh, s, d], g["dv"][b, kh, s, d])).astype(st)
+        gq = g["dq"][b, tirx.min(grp, ctx.const(G - 1)) * Hk + kh, s, d]
+        return tirx.Select(grp < ctx.const(G), gq, tirx.Select(
+            grp == ctx.const(G), g["dk"][b, kh, s, d], g["dv"][b, kh, s, d])).astype(st)
 
     return te.compute(qkv.shape, assemble, name="qkv_grad")
 
@@ -773,14 +624,14 @@ def _sparse_view(call, B, H, Sk, G):
     return ("B" if b != 1 or B == 1 else 1, hm, "Sk")
 
 
-def _sparse_mask(sm, H, Sk, causal):
+def _sparse_mask(ctx, sm, H, Sk, causal):
     Bm, Hm = sm.shape[0], sm.shape[1]
     one_b = is_one(Bm)
 
     def masked(b, h, i, j):
         # int32 division: a 64-bit division by a runtime value is a GPU subroutine call
-        hm = (h.astype("int32") // (H // Hm).astype("int32")).astype(_idx())
-        start = sm[_ix(0) if one_b else b, hm, _clamp(j, Sk)].astype(_idx())
+        hm = (h.astype("int32") // (H // Hm).astype("int32")).astype(ctx.index)
+        start = sm[ctx.const(0) if one_b else b, hm, _clamp(ctx, j, Sk)].astype(ctx.index)
         below = i >= start
         if causal:
             return tirx.any(j > i, tirx.all(j < i, below))
@@ -790,12 +641,11 @@ def _sparse_mask(sm, H, Sk, causal):
 
 @attn_op(describe=lambda call, outs: _describe_padded(call, outs, sparse=True))
 def flash_attn_with_sparse_mask_grad(q, k, v, attn_mask_start_row_indices, out, softmax_lse,
-                                     seed_offset, out_grad, dropout=0.0, causal=False,
-                                     attn_mask_start_row=0):
+                                     seed_offset, out_grad, dropout, causal, attn_mask_start_row,
+                                     ctx):
     """FlashAttention-2 backward with a row-start sparse mask (see the module docstring)"""
-    info = build_info()
     dt = as_dtype(str(q.dtype))
-    _, g = _padded_core(info, dt, q, k, v, out, softmax_lse, out_grad,
+    _, g = _padded_core(ctx, dt, q, k, v, out, softmax_lse, out_grad,
                         sparse=attn_mask_start_row_indices)
     st = dt.storage
     return (_to_bshd(g["dq"], q.shape, st, "q_grad"), _to_bshd(g["dk"], k.shape, st, "k_grad"),
@@ -873,39 +723,40 @@ def _describe_varlen(call, outs, packed=False):
     return Desc(dt, templates, scalars, info, idx)
 
 
-def _varlen_core(info, dt, q, k, v, cu_q, cu_k, out, lse, out_grad, mask, mq, mk, scale,
+def _varlen_core(ctx, dt, q, k, v, cu_q, cu_k, out, lse, out_grad, mask, mq, mk, scale,
                  packed=None):
+    info = ctx.info
     G, D = info["G"], info["D"]
     cdt = dt.compute
-    B = cu_q.shape[0] - _ix(1)
+    B = cu_q.shape[0] - ctx.const(1)
     padded = info["padded"]
     if packed is not None:
         Tq, _, Hk, _ = packed.shape
         Tk = Tq
-        Gc = _ix(G)
+        Gc = ctx.const(G)
         ld = _loader(packed, dt)
         qrow = lambda r, h, d: ld(r, h // Hk, h % Hk, d)  # noqa: E731
         krow = lambda r, h, d: ld(r, Gc, h, d)  # noqa: E731
-        vrow = lambda r, h, d: ld(r, Gc + _ix(1), h, d)  # noqa: E731
+        vrow = lambda r, h, d: ld(r, Gc + ctx.const(1), h, d)  # noqa: E731
     else:
         Tq, Tk, Hk = q.shape[0], k.shape[0], k.shape[1]
         qrow, krow, vrow = _loader(q, dt), _loader(k, dt), _loader(v, dt)
-    H = Hk * _ix(G)
-    cu = lambda t, b: t[b].astype(_idx())  # noqa: E731
+    H = Hk * ctx.const(G)
+    cu = lambda t, b: t[b].astype(ctx.index)  # noqa: E731
     if padded:
         off_q = lambda b: b * mq  # noqa: E731
         off_k = lambda b: b * mk  # noqa: E731
     else:
         off_q = lambda b: cu(cu_q, b)  # noqa: E731
         off_k = lambda b: cu(cu_k, b)  # noqa: E731
-    len_q = lambda b: cu(cu_q, b + _ix(1)) - cu(cu_q, b)  # noqa: E731
-    len_k = lambda b: cu(cu_k, b + _ix(1)) - cu(cu_k, b)  # noqa: E731
-    rq = lambda b, i: _clamp(off_q(b) + i, Tq)  # noqa: E731
-    rk = lambda b, j: _clamp(off_k(b) + j, Tk)  # noqa: E731
+    len_q = lambda b: cu(cu_q, b + ctx.const(1)) - cu(cu_q, b)  # noqa: E731
+    len_k = lambda b: cu(cu_k, b + ctx.const(1)) - cu(cu_k, b)  # noqa: E731
+    rq = lambda b, i: _clamp(ctx, off_q(b) + i, Tq)  # noqa: E731
+    rk = lambda b, j: _clamp(ctx, off_k(b) + j, Tk)  # noqa: E731
     od, dod = _loader(out, dt), _loader(out_grad, dt)
     lse_ld = _loader(lse, as_dtype(str(lse.dtype)))
     if info["lse_rank"] == 3:
-        lse_at = lambda b, h, i: lse_ld(b, h, _clamp(i, lse.shape[2])).astype(cdt)  # noqa: E731
+        lse_at = lambda b, h, i: lse_ld(b, h, _clamp(ctx, i, lse.shape[2])).astype(cdt)  # noqa: E731
     else:
         lse_at = lambda b, h, i: lse_ld(h, rq(b, i)).astype(cdt)  # noqa: E731
     core = Core(B=B, H=H, Hk=Hk, G=G, D=D, Dv=D, Sq=mq, Sk=mk, cdt=cdt,
@@ -916,79 +767,79 @@ def _varlen_core(info, dt, q, k, v, cu_q, cu_k, out, lse, out_grad, mask, mq, mk
                 do=lambda b, i, h, d: dod(rq(b, i), h, d),
                 lse=lse_at, scale=_as(scale, cdt),
                 len_q=len_q, len_k=len_k,
-                mask_add=_mask_add(mask, info["mask"], dt, mk) if mask is not None else None,
+                mask_add=_mask_add(ctx, mask, info["mask"], dt, mk) if mask is not None else None,
                 masked=_causal if info["causal"] else None)
-    grads = _core(core)
+    grads = _core(ctx, core)
     return grads, (Tq, Tk, B, off_q, off_k, len_q, len_k, padded, mq, mk)
 
 
-def _unpack(grad, T, heads, D, B, off, length, padded, max_len, cu_t, storage, name, extra=None):
+def _unpack(ctx, grad, T, heads, D, B, off, length, padded, max_len, cu_t, storage, name):
     """Packed-layout grad [T, heads, D] from a padded [B, heads, Sp, D] one; rows in no
     sequence are zero."""
     zero = tirx.const(0, str(grad.dtype))
     if padded:
         def body(r, h, d):
-            ml = tirx.max(max_len, _ix(1))
+            ml = tirx.max(max_len, ctx.const(1))
             b = r // ml
             i = r - b * ml
-            bb = tirx.min(b, tirx.max(B - _ix(1), _ix(0)))
+            bb = tirx.min(b, tirx.max(B - ctx.const(1), ctx.const(0)))
             ok = tirx.all(b < B, i < length(bb))
-            return tirx.if_then_else(ok, grad[bb, h, tirx.min(i, grad.shape[2] - _ix(1)), d],
+            return tirx.if_then_else(ok, grad[bb, h, tirx.min(i, grad.shape[2] - ctx.const(1)), d],
                                      zero).astype(storage)
-        return te.compute((T, heads, _ix(D)), body, name=name)
-    rb = te.reduce_axis((_ix(1), B + _ix(1)), name=f"{name}_seg")
+        return te.compute((T, heads, ctx.const(D)), body, name=name)
+    rb = te.reduce_axis((ctx.const(1), B + ctx.const(1)), name=f"{name}_seg")
     seg = te.compute((T,), lambda r: te.sum(
-        tirx.Select(cu_t[rb].astype(_idx()) <= r, _ix(1), _ix(0)), axis=rb), name=f"{name}_owner")
+        tirx.Select(cu_t[rb].astype(ctx.index) <= r, ctx.const(1), ctx.const(0)), axis=rb), name=f"{name}_owner")
 
     def body(r, h, d):
-        b = tirx.min(seg[r], tirx.max(B - _ix(1), _ix(0)))
+        b = tirx.min(seg[r], tirx.max(B - ctx.const(1), ctx.const(0)))
         i = r - off(b)
-        ok = tirx.all(seg[r] < B + _ix(1), r >= off(b), i < length(b), B > _ix(0))
-        return tirx.if_then_else(ok, grad[b, h, _clamp(i, grad.shape[2]), d], zero).astype(storage)
-    return te.compute((T, heads, _ix(D)), body, name=name)
+        ok = tirx.all(seg[r] < B + ctx.const(1), r >= off(b), i < length(b), B > ctx.const(0))
+        return tirx.if_then_else(ok, grad[b, h, _clamp(ctx, i, grad.shape[2]), d], zero).astype(storage)
+    return te.compute((T, heads, ctx.const(D)), body, name=name)
 
 
 @attn_op(describe=_describe_varlen)
 def flash_attn_unpadded_grad(q, k, v, cu_seqlens_q, cu_seqlens_k, out, softmax_lse, seed_offset,
-                             attn_mask, out_grad, max_seqlen_q, max_seqlen_k, scale, dropout=0.0,
-                             causal=False):
+                             attn_mask, out_grad, max_seqlen_q, max_seqlen_k, scale, dropout,
+                             causal, ctx):
     """FlashAttention-2 varlen backward: q [total_q, H, D], k/v [total_k, Hk, D], sequences by
     cu_seqlens (see the module docstring)"""
-    info = build_info()
+    info = ctx.info
     dt = as_dtype(str(q.dtype))
     g, (Tq, Tk, B, off_q, off_k, len_q, len_k, padded, mq, mk) = _varlen_core(
-        info, dt, q, k, v, cu_seqlens_q, cu_seqlens_k, out, softmax_lse, out_grad, attn_mask,
+        ctx, dt, q, k, v, cu_seqlens_q, cu_seqlens_k, out, softmax_lse, out_grad, attn_mask,
         max_seqlen_q, max_seqlen_k, scale)
     D = info["D"]
     st = dt.storage
     H, Hk = q.shape[1], k.shape[1]
-    return (_unpack(g["dq"], Tq, H, D, B, off_q, len_q, padded, mq, cu_seqlens_q, st, "q_grad"),
-            _unpack(g["dk"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, st, "k_grad"),
-            _unpack(g["dv"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, st, "v_grad"))
+    return (_unpack(ctx, g["dq"], Tq, H, D, B, off_q, len_q, padded, mq, cu_seqlens_q, st, "q_grad"),
+            _unpack(ctx, g["dk"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, st, "k_grad"),
+            _unpack(ctx, g["dv"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, st, "v_grad"))
 
 
 @attn_op(describe=lambda call, outs: _describe_varlen(call, outs, packed=True))
 def flash_attn_varlen_qkvpacked_grad(qkv, cu_seqlens_q, cu_seqlens_k, out, softmax_lse,
                                      seed_offset, attn_mask, out_grad, max_seqlen_q, max_seqlen_k,
-                                     scale, dropout=0.0, causal=False, varlen_padded=True):
+                                     scale, dropout, causal, varlen_padded, ctx):
     """FlashAttention-2 varlen backward on a packed qkv [total, H/Hk + 2, Hk, D]"""
-    info = build_info()
+    info = ctx.info
     dt = as_dtype(str(qkv.dtype))
     g, (Tq, Tk, B, off_q, off_k, len_q, len_k, padded, mq, mk) = _varlen_core(
-        info, dt, None, None, None, cu_seqlens_q, cu_seqlens_k, out, softmax_lse, out_grad,
+        ctx, dt, None, None, None, cu_seqlens_q, cu_seqlens_k, out, softmax_lse, out_grad,
         attn_mask, max_seqlen_q, max_seqlen_k, scale, packed=qkv)
     G, D = info["G"], info["D"]
     Hk = qkv.shape[2]
-    H = Hk * _ix(G)
+    H = Hk * ctx.const(G)
     cdt = dt.compute
-    dq = _unpack(g["dq"], Tq, H, D, B, off_q, len_q, padded, mq, cu_seqlens_q, cdt, "dq_packed")
-    dk = _unpack(g["dk"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, cdt, "dk_packed")
-    dv = _unpack(g["dv"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, cdt, "dv_packed")
+    dq = _unpack(ctx, g["dq"], Tq, H, D, B, off_q, len_q, padded, mq, cu_seqlens_q, cdt, "dq_packed")
+    dk = _unpack(ctx, g["dk"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, cdt, "dk_packed")
+    dv = _unpack(ctx, g["dv"], Tk, Hk, D, B, off_k, len_k, padded, mk, cu_seqlens_k, cdt, "dv_packed")
 
     def assemble(r, grp, kh, d):
-        gq = dq[r, tirx.min(grp, _ix(G - 1)) * Hk + kh, d]
-        return tirx.Select(grp < _ix(G), gq, tirx.Select(
-            grp == _ix(G), dk[r, kh, d], dv[r, kh, d])).astype(dt.storage)
+        gq = dq[r, tirx.min(grp, ctx.const(G - 1)) * Hk + kh, d]
+        return tirx.Select(grp < ctx.const(G), gq, tirx.Select(
+            grp == ctx.const(G), dk[r, kh, d], dv[r, kh, d])).astype(dt.storage)
 
     return te.compute(qkv.shape, assemble, name="qkv_grad")
 
@@ -1086,10 +937,10 @@ def _describe_mea(call, outs):
 @attn_op(describe=_describe_mea)
 def memory_efficient_attention_grad(query, key, value, bias, cu_seqlens_q, cu_seqlens_k, output,
                                     logsumexp, seed_and_offset, output_grad, max_seqlen_q,
-                                    max_seqlen_k, causal, dropout_p, scale):
+                                    max_seqlen_k, causal, dropout_p, scale, ctx):
     """xformers memory-efficient attention backward: [B, M, H, K] layout, optional additive bias
     (its grad summed over broadcast dims) or cu_seqlens varlen packing (see the module docstring)"""
-    info = build_info()
+    info = ctx.info
     dt = as_dtype(str(query.dtype))
     cdt = dt.compute
     D, Dv = info["D"], info["Dv"]
@@ -1107,46 +958,46 @@ def memory_efficient_attention_grad(query, key, value, bias, cu_seqlens_q, cu_se
         if bias is not None:
             bb, bh, rank = info["bias"]
             bld = _loader(bias, dt)
-            z = _ix(0)
+            z = ctx.const(0)
             if rank == 2:
-                mask_add = lambda b, h, i, j: bld(_clamp(i, Mq), _clamp(j, Mk))  # noqa: E731
+                mask_add = lambda b, h, i, j: bld(_clamp(ctx, i, Mq), _clamp(ctx, j, Mk))  # noqa: E731
             else:
                 kb, kh = not is_one(bias.shape[0]), not is_one(bias.shape[1])
                 mask_add = lambda b, h, i, j: bld(b if kb else z, h if kh else z,  # noqa: E731
-                                                  _clamp(i, Mq), _clamp(j, Mk))
+                                                  _clamp(ctx, i, Mq), _clamp(ctx, j, Mk))
             bias_spec = (bias.shape, bb if rank == 4 else True, bh if rank == 4 else True, st)
         core = Core(B=B, H=H, Hk=H, G=1, D=D, Dv=Dv, Sq=Mq, Sk=Mk, cdt=cdt, q=ld["q"], k=ld["k"],
                     v=ld["v"], o=ld["o"], do=ld["do"],
                     lse=lambda b, h, i: lse_ld(b, h, i).astype(cdt), scale=sc,
                     mask_add=mask_add, masked=masked)
-        g = _core(core, bias_grad=bias_spec)
+        g = _core(ctx, core, bias_grad=bias_spec)
         outs = (_to_bshd(g["dq"], query.shape, st, "query_grad"),
                 _to_bshd(g["dk"], key.shape, st, "key_grad"),
                 _to_bshd(g["dv"], value.shape, st, "value_grad"))
         return outs + (g.get("bias"),)
     # varlen: batch 1, sequences packed along dim 1
-    nb = cu_seqlens_q.shape[0] - _ix(1)
-    cu = lambda t, b: t[b].astype(_idx())  # noqa: E731
+    nb = cu_seqlens_q.shape[0] - ctx.const(1)
+    cu = lambda t, b: t[b].astype(ctx.index)  # noqa: E731
     off_q, off_k = (lambda b: cu(cu_seqlens_q, b)), (lambda b: cu(cu_seqlens_k, b))
-    len_q = lambda b: cu(cu_seqlens_q, b + _ix(1)) - cu(cu_seqlens_q, b)  # noqa: E731
-    len_k = lambda b: cu(cu_seqlens_k, b + _ix(1)) - cu(cu_seqlens_k, b)  # noqa: E731
-    z = _ix(0)
-    rq = lambda b, i: _clamp(off_q(b) + i, Mq)  # noqa: E731
-    rk = lambda b, j: _clamp(off_k(b) + j, Mk)  # noqa: E731
+    len_q = lambda b: cu(cu_seqlens_q, b + ctx.const(1)) - cu(cu_seqlens_q, b)  # noqa: E731
+    len_k = lambda b: cu(cu_seqlens_k, b + ctx.const(1)) - cu(cu_seqlens_k, b)  # noqa: E731
+    z = ctx.const(0)
+    rq = lambda b, i: _clamp(ctx, off_q(b) + i, Mq)  # noqa: E731
+    rk = lambda b, j: _clamp(ctx, off_k(b) + j, Mk)  # noqa: E731
     core = Core(B=nb, H=H, Hk=H, G=1, D=D, Dv=Dv, Sq=max_seqlen_q, Sk=max_seqlen_k, cdt=cdt,
                 q=lambda b, i, h, d: ld["q"](z, rq(b, i), h, d),
                 k=lambda b, j, h, d: ld["k"](z, rk(b, j), h, d),
                 v=lambda b, j, h, d: ld["v"](z, rk(b, j), h, d),
                 o=lambda b, i, h, d: ld["o"](z, rq(b, i), h, d),
                 do=lambda b, i, h, d: ld["do"](z, rq(b, i), h, d),
-                lse=lambda b, h, i: lse_ld(b, h, _clamp(i, logsumexp.shape[2])).astype(cdt),
+                lse=lambda b, h, i: lse_ld(b, h, _clamp(ctx, i, logsumexp.shape[2])).astype(cdt),
                 scale=sc, len_q=len_q, len_k=len_k, masked=masked)
-    g = _core(core)
+    g = _core(ctx, core)
     parts = []
     for name, grad, T, heads, Dd, off, length, mx, cu_t, shape in (
             ("query_grad", g["dq"], Mq, H, D, off_q, len_q, max_seqlen_q, cu_seqlens_q, query.shape),
             ("key_grad", g["dk"], Mk, H, D, off_k, len_k, max_seqlen_k, cu_seqlens_k, key.shape),
             ("value_grad", g["dv"], Mk, H, Dv, off_k, len_k, max_seqlen_k, cu_seqlens_k, value.shape)):
-        flat = _unpack(grad, T, heads, Dd, nb, off, length, False, mx, cu_t, st, f"{name}_rows")
+        flat = _unpack(ctx, grad, T, heads, Dd, nb, off, length, False, mx, cu_t, st, f"{name}_rows")
         parts.append(te.compute(shape, _rows_to_batch1(flat), name=name))
     return parts[0], parts[1], parts[2], None

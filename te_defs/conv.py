@@ -4,7 +4,7 @@ dilations, groups and layouts (NCHW/NCDHW and NHWC/NDHWC; the filter is [O, C/gr
 both, as in Paddle).
 
 Every grad is one of three direct (implicit-GEMM) contractions of the dense family
-(te_defs/matmul.py), over zero-padded operand copies (*sources*) so that the contraction reads
+(tvmgrad/families/dense.py, te_defs/_dense.py), over zero-padded operand copies (*sources*) so that the contraction reads
 contiguous, bounds-check-free rows:
 
 * forward   out[n,g,o,p]  = Σ_{c,k} w[g,o,c,k] · x[n,g,c, p·s + k·d − lo]
@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from tvmgrad.dtypes import dtype as as_dtype
 from tvmgrad.lazy import te, tirx
 
+from tvmgrad.families.dense import View, dense_op
+
+from ._dense import PAD_K, ceil_to, grain, load, main_attrs, store
 from ._plan import fail
-from .matmul import (PAD_K, View, build_info, ceil_to, dense_op, grain, index_const, load,
-                     main_attrs, store)
 
 CHANNEL_FIRST = ("NCHW", "NCDHW")
 CHANNEL_LAST = ("NHWC", "NDHWC")
@@ -234,21 +235,21 @@ def _all(*conds):
     return tirx.all(*conds) if conds else tirx.const(True, "bool")
 
 
-def _i64(v):
-    """An index constant (in the kernel's index dtype) for a Python int."""
-    return index_const(v) if isinstance(v, int) else v
+def _ix(index, v):
+    """A Python int as a constant of the kernel's index dtype ``index`` (an expr as it is)."""
+    return tirx.const(v, index) if isinstance(v, int) else v
 
 
-def _atleast(x, v: int):
+def _atleast(index, x, v: int):
     """max(x, v): the extent of a source along a staged axis (a tile of v, plus its halo, must
     fit even when the size is 0, or TVM sizes the staged copy by the symbolic extent)."""
-    return tirx.max(x, index_const(v))
+    return tirx.max(x, tirx.const(int(v), index))
 
 
-def _sh(*dims):
+def _sh(index, *dims):
     """A TE shape in the kernel's index dtype (int32 loop vars next to int64 sizes overflow in
     TVM's CUDA lowering)."""
-    return tuple(_i64(d) for d in dims)
+    return tuple(_ix(index, d) for d in dims)
 
 
 def _concat(terms, c, Cg, fn):
@@ -261,7 +262,7 @@ def _concat(terms, c, Cg, fn):
 # ------------------------------------------------------------------------------------------
 # the three contractions
 
-def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
+def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise, *, index):
     """out[n,g,o,p] = Σ_terms Σ_{c,k} w[g,o,c,k] · x[n,g,c, p·s + k·d − lo] (padded).
 
     terms: [(Act x, Filt w)], concatenated along c. Returns (main, index) where index(n, g, o,
@@ -275,11 +276,11 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
     # padded extents of the output: the vectorised / blocked axes
     if last:
         P = list(O_sizes[:-1]) + [ceil_to(O_sizes[-1], gm)]
-        Gp, Opd = (ceil_to(_i64(G), gn), Og) if depthwise else (_i64(G), ceil_to(Og, gn))
+        Gp, Opd = (ceil_to(_ix(index, G), gn), Og) if depthwise else (_ix(index, G), ceil_to(Og, gn))
     else:
         P = list(O_sizes[:-1]) + [ceil_to(O_sizes[-1], gn)]
-        Gp, Opd = (ceil_to(_i64(G), gm), Og) if depthwise else (_i64(G), ceil_to(Og, gm))
-    Q = [_atleast(P[i], 1 if i < S - 1 else (gm if last else gn))
+        Gp, Opd = (ceil_to(_ix(index, G), gm), Og) if depthwise else (_ix(index, G), ceil_to(Og, gm))
+    Q = [_atleast(index, P[i], 1 if i < S - 1 else (gm if last else gn))
          + (geom.k[i] - 1) * geom.d[i] // geom.s[i] for i in range(S)]
     s, d, lo = geom.s, geom.d, geom.lo
     I = x0.sp
@@ -291,12 +292,12 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
 
     if last:
         xs = te.compute(
-            _sh(N, *geom.s, *Q, Gp, Cp),
+            _sh(index, N, *geom.s, *Q, Gp, Cp),
             lambda n, *r: _guard(*xval(n, r[2 * S], r[2 * S + 1], r[:S], r[S:2 * S]), acc),
             name=f"{name}_x", attrs={"dense.src": "root"})
     else:
         xs = te.compute(
-            _sh(N, Gp, Cp, *geom.s, *Q),
+            _sh(index, N, Gp, Cp, *geom.s, *Q),
             lambda n, g, c, *r: _guard(*xval(n, g, c, r[:S], r[S:]), acc),
             name=f"{name}_x", attrs={"dense.src": "root"})
 
@@ -305,23 +306,23 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
         return ok, lambda: _concat(terms, c, Cg, lambda tm, cc: tm[1](g, o, cc, kk))
 
     if last and depthwise:      # N = g: contiguous along g
-        ws = te.compute(_sh(*geom.k, Cp, Opd, Gp),
+        ws = te.compute(_sh(index, *geom.k, Cp, Opd, Gp),
                         lambda *r: _guard(*wval(r[-1], r[-2], r[-3], r[:S]), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, kk: ws[(*kk, c, o, g)]  # noqa: E731
     elif last:                  # N = o
-        ws = te.compute(_sh(Gp, *geom.k, Cp, Opd),
+        ws = te.compute(_sh(index, Gp, *geom.k, Cp, Opd),
                         lambda g, *r: _guard(*wval(g, r[-1], r[-2], r[:S]), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, kk: ws[(g, *kk, c, o)]  # noqa: E731
     else:
-        ws = te.compute(_sh(Gp, Opd, Cp, *geom.k),
+        ws = te.compute(_sh(index, Gp, Opd, Cp, *geom.k),
                         lambda g, o, c, *kk: _guard(*wval(g, o, c, kk), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, kk: ws[(g, o, c, *kk)]  # noqa: E731
 
     rc = te.reduce_axis((0, Cp), name=f"{name}_c")
-    rk = [te.reduce_axis((0, _i64(geom.k[i])), name=f"{name}_k{i}") for i in range(S)]
+    rk = [te.reduce_axis((0, _ix(index, geom.k[i])), name=f"{name}_k{i}") for i in range(S)]
     kk = [r.var for r in rk]
     ph = [(kk[i] * d[i]) % s[i] for i in range(S)]
     sh = [(kk[i] * d[i]) // s[i] for i in range(S)]
@@ -335,7 +336,7 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
         # M = last spatial (axis S), N = o (axis S+2) or g (axis S+1)
         attrs = main_attrs(S, S + 1 if depthwise else S + 2, gm, gn, gk=gk,
                            halo=tuple(1 + i for i in range(S - 1)))
-        main = te.compute(_sh(*shape), body, name=name, attrs=attrs)
+        main = te.compute(_sh(index, *shape), body, name=name, attrs=attrs)
         return main, lambda n, g, o, p: (n, *p, g, o)
     else:
         def body(n, g, o, *p):
@@ -344,11 +345,11 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise):
         shape = (N, Gp, Opd, *P)
         attrs = main_attrs(1 if depthwise else 2, 2 + S, gm, gn, gk=gk,
                            halo=tuple(3 + i for i in range(S - 1)))
-        main = te.compute(_sh(*shape), body, name=name, attrs=attrs)
+        main = te.compute(_sh(index, *shape), body, name=name, attrs=attrs)
         return main, lambda n, g, o, p: (n, g, o, *p)
 
 
-def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
+def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index):
     """dx[n,g,c,i] = Σ_{o,j} w[g,o,c,K−1−j] · dyz[n,g,o, i + j·d] (padded); -> (main, index)."""
     S, last, G = geom.S, geom.last, geom.G
     N, Og, Cg = dy.N, w.O, w.C
@@ -357,11 +358,11 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
     Op = ceil_to(Og, gk)
     if last:
         P = list(I_sizes[:-1]) + [ceil_to(I_sizes[-1], gm)]
-        Gp, Cpd = (ceil_to(_i64(G), gn), Cg) if depthwise else (_i64(G), ceil_to(Cg, gn))
+        Gp, Cpd = (ceil_to(_ix(index, G), gn), Cg) if depthwise else (_ix(index, G), ceil_to(Cg, gn))
     else:
         P = list(I_sizes[:-1]) + [ceil_to(I_sizes[-1], gn)]
-        Gp, Cpd = (ceil_to(_i64(G), gm), Cg) if depthwise else (_i64(G), ceil_to(Cg, gm))
-    T = [_atleast(P[i], 1 if i < S - 1 else (gm if last else gn)) + (K[i] - 1) * d[i]
+        Gp, Cpd = (ceil_to(_ix(index, G), gm), Cg) if depthwise else (_ix(index, G), ceil_to(Cg, gm))
+    T = [_atleast(index, P[i], 1 if i < S - 1 else (gm if last else gn)) + (K[i] - 1) * d[i]
          for i in range(S)]
     L = [(K[i] - 1) * d[i] - lo[i] for i in range(S)]
     O = dy.sp
@@ -380,12 +381,12 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
     # on such divisions of fused loops, so only the leading loops are fused for parallelism)
     strided = any(v > 1 for v in s)
     if last:
-        dys = te.compute(_sh(N, *T, Gp, Op),
+        dys = te.compute(_sh(index, N, *T, Gp, Op),
                          lambda n, *r: _guard(*dval(n, r[S], r[S + 1], r[:S]), acc),
                          name=f"{name}_dy",
                          attrs={"dense.src": "root", "dense.par": 1 if strided else S + 2})
     else:
-        dys = te.compute(_sh(N, Gp, Op, *T),
+        dys = te.compute(_sh(index, N, Gp, Op, *T),
                          lambda n, g, o, *t: _guard(*dval(n, g, o, t), acc),
                          name=f"{name}_dy",
                          attrs={"dense.src": "root", "dense.par": 3 if strided else S + 2})
@@ -394,20 +395,20 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
         return _all(g < G, o < Og, c < Cg), lambda: w(g, o, c, [K[i] - 1 - jj[i] for i in range(S)])
 
     if last and depthwise:
-        ws = te.compute(_sh(*K, Op, Cpd, Gp), lambda *r: _guard(*wval(r[-1], r[-3], r[-2], r[:S]), acc),
+        ws = te.compute(_sh(index, *K, Op, Cpd, Gp), lambda *r: _guard(*wval(r[-1], r[-3], r[-2], r[:S]), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, jj: ws[(*jj, o, c, g)]  # noqa: E731
     elif last:
-        ws = te.compute(_sh(Gp, *K, Op, Cpd), lambda g, *r: _guard(*wval(g, r[-2], r[-1], r[:S]), acc),
+        ws = te.compute(_sh(index, Gp, *K, Op, Cpd), lambda g, *r: _guard(*wval(g, r[-2], r[-1], r[:S]), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, jj: ws[(g, *jj, o, c)]  # noqa: E731
     else:
-        ws = te.compute(_sh(Gp, Cpd, Op, *K), lambda g, c, o, *jj: _guard(*wval(g, o, c, jj), acc),
+        ws = te.compute(_sh(index, Gp, Cpd, Op, *K), lambda g, c, o, *jj: _guard(*wval(g, o, c, jj), acc),
                         name=f"{name}_w", attrs={"dense.src": "root"})
         wat = lambda g, o, c, jj: ws[(g, c, o, *jj)]  # noqa: E731
 
     ro = te.reduce_axis((0, Op), name=f"{name}_o")
-    rj = [te.reduce_axis((0, _i64(K[i])), name=f"{name}_j{i}") for i in range(S)]
+    rj = [te.reduce_axis((0, _ix(index, K[i])), name=f"{name}_j{i}") for i in range(S)]
     jj = [r.var for r in rj]
     if last:
         def body(n, *r):
@@ -416,7 +417,7 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
             return te.sum(dys[(n, *t, g, ro)] * wat(g, ro, c, jj), axis=[ro, *rj])
         attrs = main_attrs(S, S + 1 if depthwise else S + 2, gm, gn, gk=gk,
                            halo=tuple(1 + i for i in range(S - 1)))
-        main = te.compute(_sh(N, *P, Gp, Cpd), body, name=name, attrs=attrs)
+        main = te.compute(_sh(index, N, *P, Gp, Cpd), body, name=name, attrs=attrs)
         return main, lambda n, g, c, i: (n, *i, g, c)
     else:
         def body(n, g, c, *i):
@@ -424,11 +425,11 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise):
             return te.sum(wat(g, ro, c, jj) * dys[(n, g, ro, *t)], axis=[ro, *rj])
         attrs = main_attrs(1 if depthwise else 2, 2 + S, gm, gn, gk=gk,
                            halo=tuple(3 + i for i in range(S - 1)))
-        main = te.compute(_sh(N, Gp, Cpd, *P), body, name=name, attrs=attrs)
+        main = te.compute(_sh(index, N, Gp, Cpd, *P), body, name=name, attrs=attrs)
         return main, lambda n, g, c, i: (n, g, c, *i)
 
 
-def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise):
+def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise, *, index):
     """dw[g,o,c,k] = Σ_n Σ_p dy[n,g,o,p] · x[n,g,c, p·s + k·d − lo]: the per-sample partial
     filters (main) and their sum over samples (compute dtype).
 
@@ -443,12 +444,12 @@ def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise):
     O, I = dy.sp, x.sp
     L = S - 1
     Pl = ceil_to(O[L], gk)
-    Q = [_atleast(O[i], 1) + (K[i] - 1) * d[i] // s[i] for i in range(L)]
+    Q = [_atleast(index, O[i], 1) + (K[i] - 1) * d[i] // s[i] for i in range(L)]
     if depthwise:     # M = last kernel dim, N = g (c has one element)
-        Gp, Opd, Cpd = ceil_to(_i64(G), gn), Og, Cg
-        Kp = list(K[:-1]) + [ceil_to(_i64(K[-1]), gm)]
+        Gp, Opd, Cpd = ceil_to(_ix(index, G), gn), Og, Cg
+        Kp = list(K[:-1]) + [ceil_to(_ix(index, K[-1]), gm)]
     else:             # M = o, N = c
-        Gp, Opd, Cpd = _i64(G), ceil_to(Og, gm), ceil_to(Cg, gn)
+        Gp, Opd, Cpd = _ix(index, G), ceil_to(Og, gm), ceil_to(Cg, gn)
         Kp = list(K)
 
     def xval(n, g, c, ph, q, pl, kl):
@@ -457,20 +458,20 @@ def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise):
         ok = _all(g < G, c < Cg, pl < O[L], *[tirx.all(t[i] >= 0, t[i] < I[i]) for i in range(S)])
         return ok, lambda: x(n, g, c, t)
 
-    xs = te.compute(_sh(N, *s[:L], *Q, _atleast(Pl, gk), K[L], Gp, Cpd),
+    xs = te.compute(_sh(index, N, *s[:L], *Q, _atleast(index, Pl, gk), K[L], Gp, Cpd),
                     lambda n, *r: _guard(*xval(n, r[2 * L + 2], r[2 * L + 3], r[:L],
                                                r[L:2 * L], r[2 * L], r[2 * L + 1]), acc),
                     name=f"{name}_x", attrs={"dense.src": "root"})
     P = list(O[:L]) + [Pl]
-    Ps = [_atleast(O[i], 1) for i in range(L)] + [_atleast(Pl, gk)]
+    Ps = [_atleast(index, O[i], 1) for i in range(L)] + [_atleast(index, Pl, gk)]
     if geom.last or depthwise:   # channel-last: a depthwise N axis (g) is contiguous
-        dys = te.compute(_sh(N, *Ps, Gp, Opd),
+        dys = te.compute(_sh(index, N, *Ps, Gp, Opd),
                          lambda n, *r: _guard(_all(r[S] < G, r[S + 1] < Og, r[L] < O[L]),
                                               lambda: dy(n, r[S], r[S + 1], r[:S]), acc),
                          name=f"{name}_dy", attrs={"dense.src": "root"})
         dat = lambda n, g, o, p: dys[(n, *p, g, o)]  # noqa: E731
     else:
-        dys = te.compute(_sh(N, Gp, Opd, *Ps),
+        dys = te.compute(_sh(index, N, Gp, Opd, *Ps),
                          lambda n, g, o, *p: _guard(_all(g < G, o < Og, p[L] < O[L]),
                                                     lambda: dy(n, g, o, p), acc),
                          name=f"{name}_dy", attrs={"dense.src": "root"})
@@ -492,9 +493,9 @@ def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise):
         attrs = main_attrs(3 + S, 1, gm, gn, gk=gk)
     else:
         attrs = main_attrs(2, 3, gm, gn, gk=gk)
-    main = te.compute(_sh(N, Gp, Opd, Cpd, *Kp), body, name=name, attrs=attrs)
+    main = te.compute(_sh(index, N, Gp, Opd, Cpd, *Kp), body, name=name, attrs=attrs)
     rn = te.reduce_axis((0, N), name=f"{name}_n")
-    total = te.compute(_sh(G, Og, Cg, *K),
+    total = te.compute(_sh(index, G, Og, Cg, *K),
                        lambda g, o, c, *kk: te.sum(main[(rn, g, o, c, *kk)], axis=rn),
                        name=f"{name}_sum")
     return total
@@ -584,8 +585,9 @@ def _conv_views(S, kinds, *, x="input", filter="filter", out="out_grad", transpo
     return views
 
 
-def _geom():
-    geom = build_info()[0]
+def _geom(ctx):
+    """The call's ``Geom`` and its contractions' roles (the build information of its views)."""
+    (geom,) = ctx.info
     return geom, dict(geom.roles)
 
 
@@ -610,19 +612,19 @@ def _zeros(name, like, dt):
     return te.compute(like.shape, lambda *i: tirx.const(0, dt.storage), name=name)
 
 
-def _conv_grads(input, filter, out_grad, need_dx=True, need_dw=True):
-    geom, roles = _geom()
+def _conv_grads(ctx, input, filter, out_grad, need_dx=True, need_dw=True):
+    geom, roles = _geom(ctx)
     dt = as_dtype(input.dtype)
     last, S = geom.last, geom.S
     x, dy, w = Act(input, last, dt), Act(out_grad, last, dt), Filt(filter, dt)
     dx_t = dw_t = None
     if need_dx:
         gm, gn, gk, dwise = roles["data"]
-        main, idx = data_grad("conv_dx", dy, w, geom, dt, x.sp, gm, gn, gk, dwise)
+        main, idx = data_grad("conv_dx", dy, w, geom, dt, x.sp, gm, gn, gk, dwise, index=ctx.index)
         dx_t = _act_out("input_grad", input, main, idx, dt, last, S)
     if need_dw:
         gm, gn, gk, dwise = roles["filter"]
-        total = filter_grad("conv_dw", dy, x, geom, dt, gm, gn, gk, dwise)
+        total = filter_grad("conv_dw", dy, x, geom, dt, gm, gn, gk, dwise, index=ctx.index)
         dw_t = _filt_out("filter_grad", filter, total, dt)
     return dx_t, dw_t
 
@@ -632,24 +634,24 @@ def _conv_grads(input, filter, out_grad, need_dx=True, need_dw=True):
 
 @dense_op(views=_conv_views(2, ("data", "filter")))
 def conv2d_grad(input, filter, out_grad, strides, paddings, padding_algorithm, dilations, groups,
-                data_format):
+                data_format, ctx):
     """input_grad = conv_transpose(out_grad, filter), filter_grad = Σ_n corr(input, out_grad)
     (see the module docstring)."""
-    return _conv_grads(input, filter, out_grad)
+    return _conv_grads(ctx, input, filter, out_grad)
 
 
 @dense_op(views=_conv_views(3, ("data", "filter")))
 def conv3d_grad(input, filter, out_grad, strides, paddings, padding_algorithm, groups, dilations,
-                data_format):
+                data_format, ctx):
     """conv2d_grad in 3-D."""
-    return _conv_grads(input, filter, out_grad)
+    return _conv_grads(ctx, input, filter, out_grad)
 
 
 @dense_op(views=_conv_views(2, ("data", "filter")))
 def depthwise_conv2d_grad(input, filter, out_grad, strides, paddings, padding_algorithm, groups,
-                          dilations, data_format):
+                          dilations, data_format, ctx):
     """conv2d_grad with groups (typically = channels: the contractions block over groups)."""
-    return _conv_grads(input, filter, out_grad)
+    return _conv_grads(ctx, input, filter, out_grad)
 
 
 # ------------------------------------------------------------------------------------------
@@ -657,22 +659,22 @@ def depthwise_conv2d_grad(input, filter, out_grad, strides, paddings, padding_al
 
 @dense_op(views=_conv_views(3, ("forward", "filter"), x="x", out="out_grad", transpose=True))
 def conv3d_transpose_grad(x, filter, out_grad, strides, paddings, output_padding, output_size,
-                          padding_algorithm, groups, dilations, data_format):
+                          padding_algorithm, groups, dilations, data_format, ctx):
     """out = conv_transpose(x, w) is the data grad of a conv of out with w, so
     x_grad = conv(out_grad, w) (w [C_in, C_out/G, k] read as [o = C_in, c = C_out]) and
     filter_grad = Σ_n corr(out_grad, x) (the conv filter grad with dy := x, x := out_grad).
     Paddings resolve against x's size (Paddle's UpdatePaddingAndDilation on the input);
     output_padding / output_size only shape out_grad."""
-    geom, roles = _geom()
+    geom, roles = _geom(ctx)
     dt = as_dtype(x.dtype)
     last, S = geom.last, geom.S
     xa, ga, w = Act(x, last, dt), Act(out_grad, last, dt), Filt(filter, dt)
     gm, gn, gk, dwise = roles["forward"]
     # forward conv of out_grad (channels C_out/G = Og) with w[g, o=C_in/G, c=C_out/G]
-    main, idx = forward("c3t_dx", [(ga, w)], geom, dt, xa.sp, gm, gn, gk, dwise)
+    main, idx = forward("c3t_dx", [(ga, w)], geom, dt, xa.sp, gm, gn, gk, dwise, index=ctx.index)
     dx_t = _act_out("x_grad", x, main, idx, dt, last, S)
     gm, gn, gk, dwise = roles["filter"]
-    total = filter_grad("c3t_dw", xa, ga, geom, dt, gm, gn, gk, dwise)
+    total = filter_grad("c3t_dw", xa, ga, geom, dt, gm, gn, gk, dwise, index=ctx.index)
     dw_t = _filt_out("filter_grad", filter, total, dt)
     return dx_t, dw_t
 
@@ -680,11 +682,11 @@ def conv3d_transpose_grad(x, filter, out_grad, strides, paddings, output_padding
 # ------------------------------------------------------------------------------------------
 # double grads
 
-def _double(input, filter, grad_out, grad_input_grad, grad_filter_grad):
+def _double(ctx, input, filter, grad_out, grad_input_grad, grad_filter_grad):
     """input_grad = data grad of (grad_out, ddW); filter_grad = filter grad of (ddX, grad_out);
     grad_out_grad = conv(ddX, W) + conv(X, ddW) (one forward contraction over both, channels
     concatenated). An absent ddX / ddW contributes zero."""
-    geom, roles = _geom()
+    geom, roles = _geom(ctx)
     dt = as_dtype(input.dtype)
     last, S = geom.last, geom.S
     x, dy, w = Act(input, last, dt), Act(grad_out, last, dt), Filt(filter, dt)
@@ -692,13 +694,14 @@ def _double(input, filter, grad_out, grad_input_grad, grad_filter_grad):
     ddw = None if grad_filter_grad is None else Filt(grad_filter_grad, dt)
     if ddw is not None:
         gm, gn, gk, dwise = roles["data"]
-        main, idx = data_grad("cgg_dx", dy, ddw, geom, dt, x.sp, gm, gn, gk, dwise)
+        main, idx = data_grad("cgg_dx", dy, ddw, geom, dt, x.sp, gm, gn, gk, dwise,
+                              index=ctx.index)
         dx_t = _act_out("input_grad", input, main, idx, dt, last, S)
     else:
         dx_t = _zeros("input_grad", input, dt)
     if ddx is not None:
         gm, gn, gk, dwise = roles["filter"]
-        total = filter_grad("cgg_dw", dy, ddx, geom, dt, gm, gn, gk, dwise)
+        total = filter_grad("cgg_dw", dy, ddx, geom, dt, gm, gn, gk, dwise, index=ctx.index)
         dw_t = _filt_out("filter_grad", filter, total, dt)
     else:
         dw_t = _zeros("filter_grad", filter, dt)
@@ -706,7 +709,7 @@ def _double(input, filter, grad_out, grad_input_grad, grad_filter_grad):
     if terms:
         kind = "forward2" if len(terms) == 2 else "forward"
         gm, gn, gk, dwise = roles[kind]
-        main, idx = forward("cgg_ddy", terms, geom, dt, dy.sp, gm, gn, gk, dwise)
+        main, idx = forward("cgg_ddy", terms, geom, dt, dy.sp, gm, gn, gk, dwise, index=ctx.index)
         ddy_t = _act_out("grad_out_grad", grad_out, main, idx, dt, last, S)
     else:
         ddy_t = _zeros("grad_out_grad", grad_out, dt)
@@ -724,21 +727,21 @@ def _double_views(S):
 
 @dense_op(views=_double_views(2))
 def conv2d_grad_grad(input, filter, grad_out, grad_input_grad, grad_filter_grad, strides,
-                     paddings, padding_algorithm, dilations, groups, data_format):
+                     paddings, padding_algorithm, dilations, groups, data_format, ctx):
     """Second-order conv2d grad (see ``_double``)."""
-    return _double(input, filter, grad_out, grad_input_grad, grad_filter_grad)
+    return _double(ctx, input, filter, grad_out, grad_input_grad, grad_filter_grad)
 
 
 @dense_op(views=_double_views(3))
 def conv3d_double_grad(input, filter, grad_out, grad_input_grad, grad_filter_grad, strides,
-                       paddings, padding_algorithm, groups, dilations, data_format):
+                       paddings, padding_algorithm, groups, dilations, data_format, ctx):
     """Second-order conv3d grad (see ``_double``)."""
-    return _double(input, filter, grad_out, grad_input_grad, grad_filter_grad)
+    return _double(ctx, input, filter, grad_out, grad_input_grad, grad_filter_grad)
 
 
 @dense_op(views=_double_views(2))
 def depthwise_conv2d_double_grad(input, filter, grad_out, grad_input_grad, grad_filter_grad,
                                  strides, paddings, padding_algorithm, groups, dilations,
-                                 data_format):
+                                 data_format, ctx):
     """Second-order depthwise_conv2d grad (see ``_double``)."""
-    return _double(input, filter, grad_out, grad_input_grad, grad_filter_grad)
+    return _double(ctx, input, filter, grad_out, grad_input_grad, grad_filter_grad)

@@ -1,24 +1,6 @@
 """Matrix-product grads (bmm, addmm, mv, dot, multi_dot, kron, bilinear, cross, trace,
-weight_only_linear) and the *dense* family that conv.py and pool.py build on.
-
-The dense family (``@dense_op``) is ``@tensor_op`` with what tiled contractions need:
-
-* ``views(call, outs) -> View``: per-call zero-copy views of the inputs/outputs (each dim a symbol
-  name shared by every tensor that names it, or an int baked into the kernel: a conv's kernel
-  size), and ``info``, hashable values derived from the call (resolved paddings, an association
-  order) that go into the kernel key and that the builder reads with ``build_info()``;
-* the builder marks its contraction stage with ``main_attrs`` and the operand copies it reads
-  through with ``SRC_ROOT`` / ``SRC_TILE``; the ``gemm_dense`` schedules tile the contraction
-  (register-blocked micro-kernel on the CPU, shared-memory tiles on CUDA), see
-  schedules/cpu/gemm_dense.py and schedules/cuda/gemm_dense.py.
-
-A contraction stage ``C[..., m, ..., n] = sum_k A(.., m, k) * B(.., n, k)`` has one *M* axis
-(the broadcast operand's rows, unrolled in the CPU micro-kernel) and one *N* axis (the vectorised
-axis; its operand reads must be contiguous along it). Both are computed over extents padded to a
-*grain* (``grain``: 64 for long axes, less for short ones; chosen when planning, in the key) and
-every operand is read through a zero-padded copy (a *source*) valid on the padded domain, so
-that no tile of any schedule needs a bounds check. The one consumer of a contraction crops the
-padding and casts (its *epilogue*).
+weight_only_linear) on the dense family (tvmgrad/families/dense.py: per-call views, the
+grains and other build information as ``ctx.info``) and its tiled contractions (_dense.py).
 
 Semantics follow Paddle 3.3.1 (phi/kernels/impl/*_grad_kernel_impl.h); half types compute and
 accumulate in float32 and round once, as Paddle's GPU kernels do.
@@ -26,251 +8,29 @@ accumulate in float32 and round once, as Paddle's GPU kernels do.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from dataclasses import dataclass, field
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
-from tvmgrad.families.base import Arg, Plan, scalar_arg
 from tvmgrad.families.complex import Complex
-from tvmgrad.families.tensor import TensorOp, builder_kwargs, builder_outputs, kernel_params, view_shape
-from tvmgrad.infer_meta import is_one, is_symbolic, norm_axis
+from tvmgrad.families.dense import View, dense_op
+from tvmgrad.infer_meta import is_one, norm_axis
 from tvmgrad.lazy import te, tirx
 
+from ._dense import gemm, grain, load, store
 from ._math import conj, float_attr
 from ._plan import fail
 
-__all__ = ["dense_op", "DenseOp", "View", "PrimFuncResult", "build_info", "index_dtype", "index_const", "main_attrs", "SRC_ROOT", "SRC_TILE",
-           "grain", "ceil_to", "load", "zero", "gemm", "store", "source", "chain_order"]
-
-
-# ------------------------------------------------------------------------------------------
-# the dense family
-
-@dataclass
-class View:
-    """How a call's arrays are seen by the kernel (see module docstring)."""
-
-    templates: dict = field(default_factory=dict)   # name -> tuple of symbol names / ints (or list)
-    sizes: dict = field(default_factory=dict)       # symbol -> this call's value
-    info: tuple = ()                                # hashable, in the key, read by build_info()
-
-
-_INFO: list = []
-_IDX: list = []
-_PAIR: list = []
+__all__ = ["bmm_grad", "addmm_grad", "dot_grad", "mv_grad", "cross_grad", "trace_grad",
+           "kron_grad", "bilinear_grad", "multi_dot_grad", "weight_only_linear_grad",
+           "chain_order"]
 
 CPLX = FLOATS + COMPLEX
-SMALL = 1 << 26     # tensors below this many elements get int32 index arithmetic
 
 
-def build_info():
-    """The ``View.info`` of the kernel being built (for the builder)."""
-    return _INFO[-1] if _INFO else ()
-
-
-def index_dtype() -> str:
-    """The index dtype of the kernel being built: int32 when every tensor of the call has fewer
-    than SMALL elements (with room for padded operand copies; int32 offsets halve the
-    registers of CUDA index arithmetic), else int64. Part of the kernel key."""
-    return _IDX[-1] if _IDX else "int64"
-
-
-def index_const(v: int):
-    """An index constant in the kernel's index dtype."""
-    return tirx.const(int(v), index_dtype())
-
-
-def pair() -> bool:
-    """Is the kernel being built complex? Then every float placeholder has a trailing (re, im)
-    dim of 2 after its view, and its float outputs must have one too."""
-    return bool(_PAIR and _PAIR[-1])
-
-
-class DenseOp(TensorOp):
-    """``tensor_op`` with per-call views and build info; schedules ``gemm_dense`` by default."""
-
-    family_kind = "tensor"
-
-    def __init__(self, fn, *, views=None, check=None, pattern="gemm_dense", ignore=(), **options):
-        super().__init__(fn, validate=check, pattern=pattern, **options)
-        self.views = views
-        self.ignore = tuple(ignore)     # attributes the kernel never reads: not in the key
-
-    def runtime_attrs(self, spec) -> list[str]:
-        return [n for n in super().runtime_attrs(spec) if n not in self.ignore]
-
-    def plan(self, call, outs) -> Plan:
-        spec, op = call.spec, call.op
-        present, dt, metas = self.checked_inputs(call)
-        if self.validate is not None:
-            self.validate(call, outs)
-        view = self.views(call, outs) if self.views else View()
-        out_names = [o.name for o in spec.outputs]
-        all_metas = dict(metas)
-        all_metas.update({o: m for o, m in zip(out_names, outs) if m is not None})
-        templates, shapes = {}, {}
-        for name, tpl in view.templates.items():
-            if name not in all_metas or tpl is None:
-                continue
-            meta = all_metas[name]
-            if isinstance(meta, list):
-                templates[name] = tuple(tuple(t) for t in tpl)
-                shapes[name] = [view_shape(op, name, t, view.sizes, m) for t, m in zip(tpl, meta)]
-            else:
-                templates[name] = tuple(tpl)
-                shapes[name] = view_shape(op, name, tpl, view.sizes, meta)
-
-        def layout_of(name, meta):
-            if isinstance(meta, list):
-                return tuple((templates[name][i] if name in templates else m.ndim, m.dtype.name)
-                             for i, m in enumerate(meta))
-            return (templates.get(name, meta.ndim), meta.dtype.name)
-
-        layout = tuple((n, layout_of(n, metas[n])) for n in present)
-        out_layout = tuple(None if m is None else layout_of(o, m) for o, m in zip(out_names, outs))
-        runtime = self.runtime_attrs(spec)
-        static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs
-                       if p.name not in runtime and p.name not in self.ignore)
-        sizes = [math.prod(m.shape) for m in all_metas.values()
-                 for m in (m if isinstance(m, list) else [m])]
-        small = not any(map(is_symbolic, sizes)) and max(sizes, default=0) < SMALL
-        idx = "int32" if small else "int64"
-        key = ("dense", op, dt.name, layout, out_layout, static, view.info, idx)
-        digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
-        args = []
-        for n in present:
-            if n in spec.no_need_buffer:
-                continue
-            if isinstance(metas[n], list):
-                sh = shapes.get(n)
-                args += [Arg("input", n, index=i, shape=None if sh is None else sh[i])
-                         for i in range(len(metas[n]))]
-            else:
-                args.append(Arg("input", n, shape=shapes.get(n)))
-        args += [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
-        for o, m in zip(spec.outputs, outs):
-            if m is None:
-                continue
-            if isinstance(m, list):
-                sh = shapes.get(o.name)
-                args += [Arg("output", o.name, index=i, shape=None if sh is None else sh[i])
-                         for i in range(len(m))]
-            else:
-                args.append(Arg("output", o.name, shape=shapes.get(o.name)))
-        attrs = dict(call.attrs)
-        info = view.info
-        return Plan(key=key, symbol=f"{op}_{dt.name}_{digest}",
-                    make=lambda: self._build(spec, metas, outs, templates, runtime, attrs, dt, info,
-                                             idx),
-                    args=tuple(args), pattern=self.pattern)
-
-    def _build(self, spec, metas, outs, templates, runtime, attrs, dt, info, idx="int64"):
-        symbols = {}
-
-        def dim(d):
-            if isinstance(d, str):
-                if d not in symbols:
-                    symbols[d] = te.var(d, idx)
-                return symbols[d]
-            return tirx.const(int(d), idx)
-
-        def holder(name, meta, tpl):
-            shape = ([dim(d) for d in tpl] if tpl is not None
-                     else [te.var(f"{name}_d{i}", idx) for i in range(meta.ndim)])
-            if meta.dtype.lanes == 2:
-                shape.append(tirx.const(2, idx))       # complex: the (re, im) pair
-            return te.placeholder(shape, meta.dtype.storage, name=name)
-
-        tensors = {}
-        for n, m in metas.items():
-            tpl = templates.get(n)
-            if isinstance(m, list):
-                tensors[n] = [holder(f"{n}{i}", x, None if tpl is None else tpl[i])
-                              for i, x in enumerate(m)]
-            else:
-                tensors[n] = holder(n, m, tpl)
-        scalars = {n: te.var(n, dt.compute) for n in runtime}
-        kwargs = builder_kwargs(spec, tensors, scalars, attrs)
-        _INFO.append(info)
-        _IDX.append(idx)
-        _PAIR.append(dt.lanes == 2)
-        try:
-            result = self.fn(**kwargs)
-        finally:
-            _INFO.pop()
-            _IDX.pop()
-            _PAIR.pop()
-        if isinstance(result, PrimFuncResult):    # a hand-written kernel (sequential scatter)
-            return result.func
-        result = builder_outputs(spec, result)
-        return self.prim_func(spec, kernel_params(spec, tensors, scalars.values(), outs, result))
-
-
-class PrimFuncResult:
-    """What a builder returns for a kernel written as a whole PrimFunc (TVMScript) instead of TE:
-    its parameters are the plan's, in order (present inputs except no_need_buffer ones, runtime
-    float attributes, produced outputs), with the views' shapes."""
-
-    def __init__(self, func):
-        self.func = func
-
-
-dense_op = DenseOp.decorator  # @dense_op: a ``DenseOp`` (see the module docstring)
-
-
-# ------------------------------------------------------------------------------------------
-# TE helpers for contractions
-
-SRC_ROOT = {"dense.src": "root"}    # an operand copy made once, before the contraction
-SRC_TILE = {"dense.src": "tile"}    # an operand copy made per outer tile (a packed panel on CPU)
-
-GRAINS = (4, 8, 16, 32, 64)
-PAD_K = 16     # padding of a contraction's first reduction axis (the CUDA staging step)
-
-
-def grain(n: int) -> int:
-    """The padding granularity of a tiled axis of extent n (known when planning): 64 (the
-    largest tile of any schedule) for long axes, the smallest grain holding n for short ones,
-    so that a short axis is not computed 64 wide (a symbolic extent counts as long). Part of the
-    kernel key."""
-    if is_symbolic(n):
-        return 64
-    return next((g for g in GRAINS if g >= n), 64) if n < 48 else 64
-
-
-def main_attrs(m: int, n: int, gm: int, gn: int, order: str = "nm", gk: int = PAD_K,
-               halo: tuple = ()) -> dict:
-    """Block annotations of a contraction: its M and N axes (indices among its spatial axes),
-    their padding grains (the extents are multiples; schedules tile within them), and which of
-    the two tile loops is outer on the CPU (``nm``: each N panel once, its M tiles inside), and
-    the padding grain of the reduction axis the CUDA schedule stages (its step divides it), and
-    the outer spatial axes whose operand rows carry a halo (a conv's leading spatial dims: the
-    CUDA grid indexes them directly so that TVM can bound the staged halo)."""
-    return {"dense.main": 1, "dense.m": m, "dense.n": n, "dense.gm": gm, "dense.gn": gn,
-            "dense.order": order, "dense.gk": gk, "dense.halo": list(halo)}
-
-
-def ceil_to(x, t: int):
-    """x rounded up to a multiple of the constant t (an index expr)."""
-    if t == 1:
-        return x
-    return tirx.floordiv(x + (t - 1), t) * t
-
-
-def zero(dt):
-    return tirx.const(0, dt.compute)
-
-
-def load(t, idx, dt):
-    """An element of placeholder ``t`` in the compute dtype."""
-    return to_compute(t[tuple(idx)], dt)
-
-
-def cload(t, idx, dt):
-    """An element of placeholder ``t`` in the compute dtype; in a complex kernel (``pair()``) the
-    ``Complex`` of its (re, im) pair."""
-    if pair():
+def cload(ctx, t, idx, dt):
+    """An element of placeholder ``t`` in the compute dtype; in a complex kernel (``ctx.pair``)
+    the ``Complex`` of its (re, im) pair."""
+    if ctx.pair:
         return Complex(load(t, (*idx, 0), dt), load(t, (*idx, 1), dt))
     return load(t, idx, dt)
 
@@ -281,58 +41,6 @@ def part(z, c):
     if not c:
         return z
     return tirx.Select(c[0] == 0, z.re, z.im)
-
-
-def store(dt, out_dtype=None):
-    """The cast of a compute value to the storage dtype of the output."""
-    target = out_dtype or dt.storage
-
-    def cast(v):
-        if not hasattr(v, "ty"):
-            v = v.asobject()
-        return v if str(v.ty) == target else v.astype(target)
-    return cast
-
-
-def source(name, shape, value, valid, acc, where="root"):
-    """A zero-padded operand copy: ``value(idx)`` where ``valid(idx)``, else 0."""
-    return te.compute(shape, lambda *i: te.if_then_else(valid(i), value(i), tirx.const(0, acc)),
-                      name=name, attrs=SRC_TILE if where == "tile" else SRC_ROOT)
-
-
-def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", acc=None,
-         exact=True):
-    """``C[*batch, m, n] = sum_k a(bi, m, k) · b(bi, n, k)``, M and N padded to their grains
-    (``grain``), K to PAD_K.
-
-    Both operands are read through zero-padded copies (sources): ``{name}_a[*batch, M', K']``
-    (made once) and ``{name}_b[*batch, K', N']`` (contiguous along n; per N panel with
-    ``b_src="tile"``, else once). Returns the contraction (compute dtype, shape
-    ``(*batch, M', N')``); its one consumer crops and casts.
-
-    With ``exact`` (the operands are float16 values, not products or sums of them) float16
-    sources stay float16 and the contraction is annotated ``dense.tc``: the CUDA schedule runs
-    it on tensor cores (WMMA 16x16x16, float32 accumulation) when its grains allow."""
-    acc = acc or dt.compute
-    nbat = len(batch)
-    Mp, Np, Kp = ceil_to(M, gm), ceil_to(N, gn), ceil_to(K, PAD_K)
-    tc = exact and dt.name == "float16" and acc == "float32"
-    sdt = "float16" if tc else acc
-    asrc = source(f"{name}_a", (*batch, Mp, Kp),
-                  lambda i: a(i[:nbat], i[-2], i[-1]).astype(sdt),
-                  lambda i: tirx.all(i[-2] < M, i[-1] < K), sdt)
-    bsrc = source(f"{name}_b", (*batch, Kp, Np),
-                  lambda i: b(i[:nbat], i[-1], i[-2]).astype(sdt),
-                  lambda i: tirx.all(i[-1] < N, i[-2] < K), sdt, where=b_src)
-    k = te.reduce_axis((0, Kp), name=f"{name}_k")
-    attrs = main_attrs(nbat, nbat + 1, gm, gn, order)
-    if tc:
-        attrs["dense.tc"] = 1
-    return te.compute(
-        (*batch, Mp, Np),
-        lambda *i: te.sum(asrc[(*i[:nbat], i[-2], k)].astype(acc)
-                          * bsrc[(*i[:nbat], k, i[-1])].astype(acc), axis=k),
-        name=name, attrs=attrs)
 
 
 # ------------------------------------------------------------------------------------------
@@ -372,12 +80,12 @@ def _bmm_views(call, outs):
 
 
 @dense_op(views=_bmm_views)
-def bmm_grad(x, y, out_grad):
+def bmm_grad(x, y, out_grad, ctx):
     """x_grad = out_grad · yᵀ, y_grad = xᵀ · out_grad (per batch)."""
     dt = as_dtype(x.dtype)
     B, M, K = x.shape
     N = y.shape[2]
-    gm, gk, gn = build_info()
+    gm, gk, gn = ctx.info
     out = store(dt)
     cx = gemm("bmm_dx", (B,), M, K, N,
               lambda bi, m, n: load(out_grad, (*bi, m, n), dt),
@@ -431,14 +139,14 @@ def _addmm_views(call, outs):
 
 
 @dense_op(views=_addmm_views)
-def addmm_grad(input, x, y, out_grad, alpha, beta):
+def addmm_grad(input, x, y, out_grad, alpha, beta, ctx):
     """input_grad = beta · out_grad summed to input's (broadcast) shape, x_grad = alpha ·
     out_grad · yᵀ, y_grad = alpha · xᵀ · out_grad (alpha, beta as C++ floats)."""
     dt = as_dtype(x.dtype)
     acc = dt.compute
     M, K = x.shape
     N = y.shape[1]
-    gm, gk, gn = build_info()
+    gm, gk, gn = ctx.info
     out = store(dt)
     a, b = float_attr(alpha, acc), float_attr(beta, acc)
     g = lambda *i: load(out_grad, i, dt)  # noqa: E731
@@ -482,16 +190,16 @@ def _dot_views(call, outs):
 
 
 @dense_op(views=_dot_views, pattern="generic", dtypes=CPLX)
-def dot_grad(x, y, out_grad):
+def dot_grad(x, y, out_grad, ctx):
     """x_grad = out_grad · conj(y), y_grad = out_grad · conj(x) (per row for 2-D inputs; conj
     only for complex, as Paddle's)."""
     dt = as_dtype(x.dtype)
     out = store(dt)
-    dx = te.compute(x.shape, lambda b, n, *c: out(part(cload(out_grad, (b, 0), dt)
-                                                       * conj(cload(y, (b, n), dt)), c)),
+    dx = te.compute(x.shape, lambda b, n, *c: out(part(cload(ctx, out_grad, (b, 0), dt)
+                                                       * conj(cload(ctx, y, (b, n), dt)), c)),
                     name="x_grad")
-    dy = te.compute(x.shape, lambda b, n, *c: out(part(cload(out_grad, (b, 0), dt)
-                                                       * conj(cload(x, (b, n), dt)), c)),
+    dy = te.compute(x.shape, lambda b, n, *c: out(part(cload(ctx, out_grad, (b, 0), dt)
+                                                       * conj(cload(ctx, x, (b, n), dt)), c)),
                     name="y_grad")
     return dx, dy
 
@@ -549,14 +257,14 @@ def _cross_views(call, outs):
 
 
 @dense_op(views=_cross_views, pattern="generic", dtypes=CPLX)
-def cross_grad(x, y, out_grad, axis):
+def cross_grad(x, y, out_grad, axis, ctx):
     """x_grad[j] = g[j+2]·y[j+1] − g[j+1]·y[j+2], y_grad[j] = g[j+1]·x[j+2] − g[j+2]·x[j+1]
     (indices mod 3 along the axis; Paddle's order of operations; complex: conj(y), conj(x))."""
     dt = as_dtype(x.dtype)
     out = store(dt)
 
     def at(t, p, j, q):
-        return cload(t, (p, tirx.floormod(j, 3), q), dt)
+        return cload(ctx, t, (p, tirx.floormod(j, 3), q), dt)
 
     def other(t, p, j, q):
         return conj(at(t, p, j, q))
@@ -592,12 +300,12 @@ def _trace_views(call, outs):
 
 
 @dense_op(views=_trace_views, pattern="generic", dtypes=CPLX)
-def trace_grad(x, out_grad, offset, axis1, axis2):
+def trace_grad(x, out_grad, offset, axis1, axis2, ctx):
     """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere (a complex
     pair moves as it is)."""
     dt = as_dtype(out_grad.dtype)
-    a1, a2 = build_info()
-    rank = len(x.shape) - pair()
+    a1, a2 = ctx.info
+    rank = len(x.shape) - ctx.pair
 
     def f(*i):
         rest = [i[k] for k in range(rank) if k not in (a1, a2)] or [0]
@@ -623,21 +331,21 @@ def _kron_views(call, outs):
 
 
 @dense_op(views=_kron_views, pattern="generic", dtypes=CPLX)
-def kron_grad(x, y, out_grad):
+def kron_grad(x, y, out_grad, ctx):
     """out[i·|y| + j] = x[i]·y[j] per dim (ranks aligned with leading 1s): x_grad[i] = Σ_j
     out_grad[i, j]·y[j], y_grad[j] = Σ_i out_grad[i, j]·x[i] (out_grad viewed as (i0, j0, i1,
     j1, ...); complex: conj(y), conj(x), as Paddle's)."""
     dt = as_dtype(x.dtype)
     out = store(dt)
-    r = len(x.shape) - pair()
+    r = len(x.shape) - ctx.pair
     rj = [te.reduce_axis((0, y.shape[d]), name=f"kron_j{d}") for d in range(r)]
     ri = [te.reduce_axis((0, x.shape[d]), name=f"kron_i{d}") for d in range(r)]
 
     def gat(i, j):
-        return cload(out_grad, tuple(v for ij in zip(i, j) for v in ij), dt)
-    sx = te.compute(x.shape, lambda *i: te.sum(part(gat(i[:r], rj) * conj(cload(y, rj, dt)), i[r:]),
+        return cload(ctx, out_grad, tuple(v for ij in zip(i, j) for v in ij), dt)
+    sx = te.compute(x.shape, lambda *i: te.sum(part(gat(i[:r], rj) * conj(cload(ctx, y, rj, dt)), i[r:]),
                                                axis=rj), name="kron_sx")
-    sy = te.compute(y.shape, lambda *j: te.sum(part(gat(ri, j[:r]) * conj(cload(x, ri, dt)), j[r:]),
+    sy = te.compute(y.shape, lambda *j: te.sum(part(gat(ri, j[:r]) * conj(cload(ctx, x, ri, dt)), j[r:]),
                                                axis=ri), name="kron_sy")
     return (te.compute(x.shape, lambda *i: out(sx[i]), name="x_grad"),
             te.compute(y.shape, lambda *j: out(sy[j]), name="y_grad"))
@@ -663,7 +371,7 @@ def _bilinear_views(call, outs):
 
 
 @dense_op(views=_bilinear_views)
-def bilinear_grad(x, y, weight, out_grad):
+def bilinear_grad(x, y, weight, out_grad, ctx):
     """out[b,o] = Σ_ij x[b,i]·W[o,i,j]·y[b,j] + bias[o]:
     x_grad[b,i] = Σ_(o,j) (g[b,o]·y[b,j])·W[o,i,j]; y_grad[b,j] = Σ_(o,i) (g[b,o]·x[b,i])·W[o,i,j];
     W_grad[(o,i),j] = Σ_b (g[b,o]·x[b,i])·y[b,j]; bias_grad[0,o] = Σ_b g[b,o] — three GEMMs whose
@@ -673,7 +381,7 @@ def bilinear_grad(x, y, weight, out_grad):
     B, I = x.shape
     J = y.shape[1]
     O = weight.shape[0]
-    gb, gi, gj, goi = build_info()
+    gb, gi, gj, goi = ctx.info
     g = lambda b, o: load(out_grad, (b, o), dt)  # noqa: E731
     X = lambda b, i: load(x, (b, i), dt)  # noqa: E731
     Y = lambda b, j: load(y, (b, j), dt)  # noqa: E731
@@ -764,13 +472,13 @@ def _multi_dot_views(call, outs):
 
 
 @dense_op(views=_multi_dot_views)
-def multi_dot_grad(x, out_grad):
+def multi_dot_grad(x, out_grad, ctx):
     """Backpropagation through the cheapest parenthesisation of x[0]···x[n-1] (matrix-chain
     order on this call's sizes): the inner products are formed, then for a node T = L·R with
     upstream grad D: dL = D·Rᵀ, dR = Lᵀ·D. 1-D first/last inputs are 1 x K / K x 1 views."""
     dt = as_dtype(out_grad.dtype)
     out = store(dt)
-    tree, grains = build_info()
+    tree, grains = ctx.info
     n = len(x)
     dims = [x[0].shape[0]] + [t.shape[1] for t in x]
     ld = lambda t: (lambda *i: load(t, i, dt))  # noqa: E731
@@ -860,7 +568,7 @@ def _wol_views(call, outs):
                 (8 if wd == "int8" else 4, grain(m), grain(k)))
 
 
-def _wol_q(weight, j, i, K, bits):
+def _wol_q(ctx, weight, j, i, K, bits):
     """The quantized value of logical weight element (out j, in i) from Paddle's arch-80/86
     layout (phi/kernels/impl/weight_quantize_kernel_impl.h: permute_B_rows_for_mixed_gemm,
     subbyte_transpose, interleave_column_major_tensor, add_bias_and_interleave_*, inverted)."""
@@ -874,8 +582,8 @@ def _wol_q(weight, j, i, K, bits):
     vr, e = fd(t, E), fm(t, E)
     word = fd(j, I) * (fd(K, E) * I) + I * fd(vr, VT) * VT + VT * fm(j, I) + fm(vr, VT)
     if bits == 8:
-        pos = word * 4 + e + tirx.Select(e == 1, index_const(1), index_const(0)) \
-            - tirx.Select(e == 2, index_const(1), index_const(0))
+        pos = word * 4 + e + tirx.Select(e == 1, ctx.const(1), ctx.const(0)) \
+            - tirx.Select(e == 2, ctx.const(1), ctx.const(0))
         u = tirx.bitwise_and(weight[pos].astype("int32"), tirx.const(255, "int32"))
         return u - 128
     d = fm(e, 2) * 4 + fd(e, 2)
@@ -902,18 +610,18 @@ def _round_to(v, dt):
 @dense_op(views=_wol_views, float_inputs=("x", "bias", "weight_scale", "out_grad"),
           index_dtypes=("int8",))
 def weight_only_linear_grad(x, weight, bias, weight_scale, out_grad, weight_dtype, arch,
-                            group_size):
+                            group_size, ctx):
     """x_grad = out_grad · W with W[j, i] = T(q[j, i] · scale[j]), q read from Paddle's
     int8 / packed-int4 CUTLASS layout for arch 80/86 and dequantised inside the kernel (in
     the source of the GEMM's streamed operand)."""
     dt = as_dtype(out_grad.dtype)
     acc = dt.compute
-    bits, gm, gk = build_info()
+    bits, gm, gk = ctx.info
     M, N = out_grad.shape
     K = x.shape[1]
 
     def w(i, j):          # (in i, out j)
-        q = _wol_q(weight, j, i, K, bits).astype("float32")
+        q = _wol_q(ctx, weight, j, i, K, bits).astype("float32")
         v = q * to_compute(weight_scale[j], dt).astype("float32")
         return _round_to(v, dt).astype(acc)
 

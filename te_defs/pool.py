@@ -18,10 +18,12 @@ import math
 import numpy as np
 
 from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.families.dense import View, dense_op
+from tvmgrad.families.signature import PrimFuncResult
 from tvmgrad.lazy import te
 
+from ._dense import store
 from ._plan import fail
-from .matmul import PrimFuncResult, View, dense_op, store
 
 
 def _planes(call, S, x="x", index="mask", grad="out_grad"):
@@ -91,7 +93,7 @@ _SCATTER = _SCATTER_HEAD + '''    acc = T.alloc_buffer((P, I), "{ct}")
 '''
 
 
-def _scatter_func(dt, index_dtype):
+def _scatter_func(dt, mask_dtype):
     """The plane scatter as TVMScript (TE cannot express a scatter with repeated indices)."""
     from tvm.script import from_source
     st, ct = dt.storage, dt.compute
@@ -103,9 +105,9 @@ def _scatter_func(dt, index_dtype):
     else:
         load = "G[vp, o]"
     if st == ct:
-        return from_source(_SCATTER_DIRECT.format(st=st, it=index_dtype))
+        return from_source(_SCATTER_DIRECT.format(st=st, it=mask_dtype))
     save = f'T.Cast("{st}", acc[vp, i])'
-    text = _SCATTER.format(st=st, ct=ct, it=index_dtype, load=load, store=save)
+    text = _SCATTER.format(st=st, ct=ct, it=mask_dtype, load=load, store=save)
     return from_source(text)
 
 
@@ -164,10 +166,9 @@ def _mask_views(S):
     return views
 
 
-def _scatter(x, mask, out_grad):
-    from .matmul import build_info
-    (index_dtype,) = build_info()
-    return PrimFuncResult(_scatter_func(as_dtype(out_grad.dtype), index_dtype))
+def _scatter(ctx, x, mask, out_grad):
+    (mask_dtype,) = ctx.info
+    return PrimFuncResult(_scatter_func(as_dtype(out_grad.dtype), mask_dtype))
 
 
 _POOL_ATTRS = ("kernel_size", "strides", "paddings", "global_pooling", "adaptive")
@@ -177,34 +178,34 @@ _FRACTIONAL_ATTRS = ("output_size", "kernel_size", "random_u", "return_mask")
 @dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_POOL_ATTRS)
 def max_pool2d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings, global_pooling,
-                               adaptive):
+                               adaptive, ctx):
     """x_grad[n,c,·] = 0; x_grad[n,c, mask[n,c,o]] += out_grad[n,c,o] for every output o."""
-    return _scatter(x, mask, out_grad)
+    return _scatter(ctx, x, mask, out_grad)
 
 
 @dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_POOL_ATTRS)
 def max_pool3d_with_index_grad(x, mask, out_grad, kernel_size, strides, paddings, global_pooling,
-                               adaptive):
+                               adaptive, ctx):
     """max_pool2d_with_index_grad in 3-D (mask = d·H·W + h·W + w)."""
-    return _scatter(x, mask, out_grad)
+    return _scatter(ctx, x, mask, out_grad)
 
 
 @dense_op(views=_mask_views(2), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_FRACTIONAL_ATTRS)
 def fractional_max_pool2d_grad(x, mask, out_grad, output_size, kernel_size, random_u,
-                               return_mask):
+                               return_mask, ctx):
     """The scatter of max_pool2d_with_index_grad (the pseudo-random windows only decide the
     mask, which the forward recorded)."""
-    return _scatter(x, mask, out_grad)
+    return _scatter(ctx, x, mask, out_grad)
 
 
 @dense_op(views=_mask_views(3), float_inputs=("x", "out_grad"), pattern="plane_scatter",
           ignore=_FRACTIONAL_ATTRS)
 def fractional_max_pool3d_grad(x, mask, out_grad, output_size, kernel_size, random_u,
-                               return_mask):
+                               return_mask, ctx):
     """fractional_max_pool2d_grad in 3-D."""
-    return _scatter(x, mask, out_grad)
+    return _scatter(ctx, x, mask, out_grad)
 
 
 # ------------------------------------------------------------------------------------------

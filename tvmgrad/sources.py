@@ -228,7 +228,7 @@ def source_digest(impl, target_kind: str, pattern: str = "generic") -> str:
     resolved) and mapped to files as the import system would (te_defs/ and schedules/ install as
     tvmgrad.te_defs and tvmgrad.schedules). So dtypes.py, families/complex.py, infer_meta/__init__.py
     and the infer_meta and te_defs/_*.py helper modules an op's module imports are covered; a
-    te_defs module that imports another (conv.py -> matmul.py, loss.py -> norm.py) depends on it,
+    te_defs module that imports another (conv.py -> _dense.py, loss.py -> norm.py) depends on it,
     and editing one that no other imports changes the digest of its own ops only. Not followed:
     the modules in ``_NOT_CODEGEN``, which store, load, call or drive kernels without shaping their
     code, and modules imported by computed name (``importlib.import_module``; the schedules'

@@ -1,4 +1,4 @@
-"""CPU schedule of the dense family (te_defs/matmul.py): register-blocked contractions.
+"""CPU schedule of the dense family (te_defs/_dense.py): register-blocked contractions.
 
 A contraction block (annotation ``dense.main``) has one M axis and one N axis, padded to their
 grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 4 rows, nb the most lanes (a
@@ -35,7 +35,7 @@ from ._parallel import parallel, spatial
 __all__ = ["schedule", "micro_kernel", "RULE"]
 
 MB = 4             # micro-kernel rows: one broadcast each per reduction step
-MAX_NB = 64        # the widest tile: the padding grain of te_defs/matmul.grain
+MAX_NB = 64        # the widest tile: the padding grain of te_defs/_dense.grain
 
 
 def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:

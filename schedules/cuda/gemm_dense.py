@@ -1,4 +1,4 @@
-"""CUDA schedule of the dense family (te_defs/matmul.py): shared-memory tiled contractions.
+"""CUDA schedule of the dense family (te_defs/_dense.py): shared-memory tiled contractions.
 
 A contraction block (annotation ``dense.main``: one M axis, one N axis, padded to their grains
 ``gm`` / ``gn``) becomes one thread block per (outer index, BM x BN tile) with BM = gm, BN = gn

@@ -7,7 +7,7 @@ in ``Plan`` objects, so that ``tvmgrad.build.lower`` schedules them like every t
   the per-channel sums column reductions): in training mode the batch statistics are recomputed
   (two passes: the mean, then the centred sums), in eval mode the moving statistics are constants;
 * ``matmul``: a forward (batched) matrix product on the dense family's tiled contraction
-  (``te_defs.matmul.gemm``, scheduled by ``gemm_dense``), optionally reading its right operand
+  (``te_defs._dense.gemm``, scheduled by ``gemm_dense``), optionally reading its right operand
   transposed (``x @ wᵀ`` of a linear layer without materialising ``wᵀ``);
 * ``conv2d``: a forward 2-D convolution (NCHW or NHWC data, OIHW filters, groups, strides,
   dilations, per-side paddings) on the dense family's direct convolution (``te_defs.conv``).
@@ -169,7 +169,7 @@ def matmul_plan(B, M, K, N, dtype: str, *, trans_x: bool = False, trans_y: bool 
     def make():
         from tvm import te
 
-        from ..te_defs.matmul import gemm, load, store
+        from ..te_defs._dense import gemm, load, store
         from ..dtypes import dtype as as_dtype
         dt = as_dtype(dtype)
         b_, m_, k_, n_ = _te_dims("BMKN", (B, M, K, N))
@@ -188,7 +188,7 @@ def matmul_plan(B, M, K, N, dtype: str, *, trans_x: bool = False, trans_y: bool 
 
 def _grain_of(n):
     """The dense family's padding grain of an extent (a symbolic one counts as long: 64)."""
-    from ..te_defs.matmul import grain
+    from ..te_defs._dense import grain
     return 64 if n is None else grain(n)
 
 
@@ -224,7 +224,7 @@ def conv2d_plan(xshape, wshape, *, strides, padding, dilation, groups: int, layo
         x = te.placeholder(tuple(map(i64, xv)), dt.storage, name="x")
         w = te.placeholder(tuple(map(i64, (G, O // G, Cg, kh, kw))), dt.storage, name="w")
         main, idx = forward("conv", [(Act(x, last, dt), Filt(w, dt))], geom, dt, [i64(OH), i64(OW)],
-                            gm, gn, gk, dwise)
+                            gm, gn, gk, dwise, index="int64")
         like = SimpleNamespace(shape=tuple(map(i64, out_view)))
         out = _act_out("out", like, main, idx, dt, last, 2)
         return te.create_prim_func([x, w, out])
@@ -273,7 +273,7 @@ def conv2d_data_grad_plan(xshape, wshape, *, strides, padding, dilation, groups:
         dy = te.placeholder(tuple(map(i64, g.ov)), dt.storage, name="out_grad")
         w = te.placeholder(tuple(map(i64, g.wv)), dt.storage, name="w")
         main, idx = data_grad("conv_dx", Act(dy, g.last, dt), Filt(w, dt), geom, dt, [i64(g.H), i64(g.W)],
-                              gm, gn, gk, dwise)
+                              gm, gn, gk, dwise, index="int64")
         like = SimpleNamespace(shape=tuple(map(i64, g.xv)))
         dx = _act_out("x_grad", like, main, idx, dt, g.last, 2)
         return te.create_prim_func([dy, w, dx])
@@ -296,7 +296,7 @@ def conv2d_filter_grad_plan(xshape, wshape, *, strides, padding, dilation, group
         from tvm import te, tirx
 
         from ..dtypes import dtype as as_dtype
-        from ..te_defs.matmul import gemm, grain, load, store
+        from ..te_defs._dense import gemm, grain, load, store
         dt = as_dtype(dtype)
         acc = dt.compute
         i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
@@ -349,7 +349,7 @@ def _x_col(g, x, dt, gi, m, col, i64):
     padding."""
     from tvm import tirx
 
-    from ..te_defs.matmul import load
+    from ..te_defs._dense import load
     KK = g.kh * g.kw
     n, oh, ow = _col_index(g, m, i64)
     c, r = col // i64(KK), col % i64(KK)
@@ -364,7 +364,7 @@ def _x_col(g, x, dt, gi, m, col, i64):
 
 
 def _w_col(g, w, dt, gi, o, col, i64):
-    from ..te_defs.matmul import load
+    from ..te_defs._dense import load
     KK = g.kh * g.kw
     c, r = col // i64(KK), col % i64(KK)
     return load(w, (gi, o, c, r // i64(g.kw), r % i64(g.kw)), dt)
@@ -382,7 +382,7 @@ def conv2d_gemm_plan(xshape, wshape, *, strides, padding, dilation, groups: int,
         from tvm import te, tirx
 
         from ..dtypes import dtype as as_dtype
-        from ..te_defs.matmul import gemm, grain, store
+        from ..te_defs._dense import gemm, grain, store
         dt = as_dtype(dtype)
         i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
         x = te.placeholder(tuple(map(i64, g.xv)), dt.storage, name="x")
@@ -422,7 +422,7 @@ def conv2d_data_grad_gemm_plan(xshape, wshape, *, strides, padding, dilation, gr
         from tvm import te, tirx
 
         from ..dtypes import dtype as as_dtype
-        from ..te_defs.matmul import gemm, grain, load, store
+        from ..te_defs._dense import gemm, grain, load, store
         dt = as_dtype(dtype)
         acc = dt.compute
         i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
