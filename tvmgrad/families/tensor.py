@@ -27,10 +27,9 @@ from ..dtypes import FLOATS, DType
 from ..infer_meta import is_symbolic, same_dim
 from .base import OpImpl, Plan, scalar_arg
 from .pointwise import RUNTIME_ATTR_TYPES
-from .signature import Scalar, Signature, buffers_of, builder_kwargs, builder_outputs, output_params
+from .signature import Scalar, Signature, buffers_of
 
-__all__ = ["tensor_op", "TensorOp", "builder_kwargs", "builder_outputs", "call_builder",
-           "kernel_params", "output_params", "view_shape"]
+__all__ = ["tensor_op", "TensorOp", "view_shape"]
 
 
 class TensorOp(OpImpl):
@@ -88,24 +87,6 @@ class TensorOp(OpImpl):
         spec, attrs = call.spec, dict(call.attrs)
         return sig.plan(lambda static: sig.build(self, spec, attrs, static=static),
                         pattern=self.pattern, static=True)
-
-
-def kernel_params(spec, tensors, scalars, outs, result) -> list:
-    """A kernel's parameters in the order ``plan`` lists its args: the input placeholders (dict in
-    plan order; a Tensor[] input gives each element) except no_need_buffer ones, then the runtime
-    scalar vars, then the produced outputs (``output_params``)."""
-    params = []
-    for n, t in tensors.items():
-        if n not in spec.no_need_buffer:
-            params += t if isinstance(t, list) else [t]
-    params += list(scalars)
-    params += output_params(spec, outs, result)
-    return params
-
-
-def call_builder(fn, spec, kwargs, *, multi=None) -> list:
-    """Run a builder and return one result per YAML output (``builder_outputs``)."""
-    return builder_outputs(spec, fn(**kwargs), multi=multi)
 
 
 tensor_op = TensorOp.decorator  # @tensor_op: a whole-tensor TE builder (module docstring)
