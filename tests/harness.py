@@ -225,3 +225,37 @@ def autograd_oracle(op: str, extra=None):
         del paddle
         return {k: from_paddle(v) for k, v in outs.items()}
     return oracle
+
+
+# complex/integer/bool data, as the indexing and shape tests check them
+CPLX = ("complex64", "complex128")
+INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
+
+
+def data(dtype, *shape, seed=0):
+    """Values of ``dtype``: complex with nonzero imaginary parts, integers in [-100, 100] (uint8:
+    [0, 100]; sums of them wrap in int8/uint8), bools half True."""
+    r = rng(seed)
+    if dtype in CPLX:
+        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
+    if dtype == "bool":
+        return r.random(shape) > 0.5
+    return r.integers(0 if dtype == "uint8" else -100, 101, shape).astype(dtype)
+
+
+def agree(name, got, want):
+    """Exact equality for integer/bool results, a tight tolerance for complex ones."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    if got.dtype.kind == "c":
+        tol = 2e-6 if got.dtype == np.complex64 else 1e-14
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def extra_dtypes(op):
+    """op's complex/integer/bool dtypes (those Paddle registers for it; of an invoke op, the
+    forward op's)."""
+    return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]

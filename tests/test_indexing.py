@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tvmgrad
-from harness import FLOATS, c_ops, cast, check, from_paddle, rng, to_paddle
+from harness import CPLX, FLOATS, INTLIKE, agree, extra_dtypes, c_ops, cast, check, data, from_paddle, rng, to_paddle
 from tvmgrad.infer_meta import TensorMeta
 
 
@@ -870,8 +870,6 @@ def test_cuda_atomic_and_deterministic_variants():
 # parts (both parts move and sum alike), integer sums wrap as Paddle's and numpy's do, a sum of
 # bools is their OR (Paddle's ``bool +=``, numpy's add).
 
-CPLX = ("complex64", "complex128")
-INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
 
 
 def _paddle_cpu_dtypes(op):
@@ -879,33 +877,6 @@ def _paddle_cpu_dtypes(op):
     import pathlib
     table = json.loads((pathlib.Path(tvmgrad.__file__).parent / "paddle_dtypes.json").read_text())
     return set(table["ops"][op]["cpu"])
-
-
-def extra_dtypes(op):
-    """op's complex/integer/bool dtypes (those Paddle registers for it)."""
-    return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]
-
-
-def data(dtype, *shape, seed=0):
-    """Values of ``dtype``: complex with nonzero imaginary parts, integers in [-100, 100] (uint8:
-    [0, 100]; sums of them wrap in int8/uint8), bools half True."""
-    r = rng(seed)
-    if dtype in CPLX:
-        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
-    if dtype == "bool":
-        return r.random(shape) > 0.5
-    return r.integers(0 if dtype == "uint8" else -100, 101, shape).astype(dtype)
-
-
-def agree(name, got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
-    if got.dtype.kind == "c":
-        tol = 2e-6 if got.dtype == np.complex64 else 1e-14
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def xcheck(op, dtype, inputs, attrs=None, want=None, oracle=None, got=None):

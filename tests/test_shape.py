@@ -20,7 +20,7 @@ import pytest
 
 import tvmgrad
 from adjoint import assert_adjoint
-from harness import FLOATS, TOL, cast, check, from_paddle, np_dtype, rng, to_paddle
+from harness import CPLX, FLOATS, INTLIKE, TOL, agree, cast, extra_dtypes, check, data, from_paddle, np_dtype, rng, to_paddle
 
 
 def _n(*shape, seed=0):
@@ -851,41 +851,12 @@ def test_temporal_shift_errors():
 # one and numpy's same math (often both: they must agree); complex values have nonzero imaginary
 # parts, integer sums wrap as Paddle's and numpy's, a sum of bools is their OR.
 
-CPLX = ("complex64", "complex128")
-INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
 
 
 def _paddle_table():
     import json
     import pathlib
     return json.loads((pathlib.Path(tvmgrad.__file__).parent / "paddle_dtypes.json").read_text())["ops"]
-
-
-def extra_dtypes(op):
-    """op's complex/integer/bool dtypes (those Paddle registers for it; of an invoke op, the
-    forward op's)."""
-    return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]
-
-
-def _d(dtype, *shape, seed=0):
-    """complex with nonzero imaginary parts, integers in [-100, 100] ([0, 100] for uint8), bools."""
-    r = rng(seed)
-    if dtype in CPLX:
-        return (r.standard_normal(shape) + 1j * r.standard_normal(shape)).astype(dtype)
-    if dtype == "bool":
-        return r.random(shape) > 0.5
-    return r.integers(0 if dtype == "uint8" else -100, 101, shape).astype(dtype)
-
-
-def _agree(name, got, want):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{name}: dtype {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
-    if got.dtype.kind == "c":
-        tol = 2e-6 if got.dtype == np.complex64 else 1e-14
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=name)
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def _gathered(shape, dtype, index_map, g):
@@ -905,29 +876,29 @@ def _pad3d_case(dtype, mode, fmt):
     xs = (2, 3, 3, 4, 5) if fmt == "NCDHW" else (2, 3, 4, 5, 3)
     pads = [1, 2, 2, 1, 1, 0]
     imap = _np_pad(_flat_index(xs), pads, mode, fmt, value=-1)
-    g = _d(dtype, *imap.shape, seed=1)
+    g = data(dtype, *imap.shape, seed=1)
     attrs = {"paddings": pads, "mode": mode, "pad_value": 0.0, "data_format": fmt}
-    return {"x": _d(dtype, *xs), "out_grad": g}, attrs, {"x_grad": _gathered(xs, dtype, imap, g)}
+    return {"x": data(dtype, *xs), "out_grad": g}, attrs, {"x_grad": _gathered(xs, dtype, imap, g)}
 
 
 def _diag_case(dtype, xs, offset):
-    x = _d(dtype, *xs)
+    x = data(dtype, *xs)
     imap = np.diag(_flat_index(xs), offset) if len(xs) == 1 else np.diagonal(_flat_index(xs), offset)
     if len(xs) == 1:
         imap = np.where(np.diag(np.ones(xs, bool), offset), imap, -1)
-    g = _d(dtype, *imap.shape, seed=1)
+    g = data(dtype, *imap.shape, seed=1)
     return {"x": x, "out_grad": g}, {"offset": offset}, {"x_grad": _gathered(xs, dtype, imap, g)}
 
 
 def _diagonal_case(dtype, xs, offset, a1, a2):
     imap = np.diagonal(_flat_index(xs), offset, a1, a2)
-    g = _d(dtype, *imap.shape, seed=1)
-    return ({"x": _d(dtype, *xs), "out_grad": g}, {"offset": offset, "axis1": a1, "axis2": a2},
+    g = data(dtype, *imap.shape, seed=1)
+    return ({"x": data(dtype, *xs), "out_grad": g}, {"offset": offset, "axis1": a1, "axis2": a2},
             {"x_grad": _gathered(xs, dtype, imap, g)})
 
 
 def _fill_diagonal_tensor_case(dtype, shape, offset, d1, d2):
-    g = _d(dtype, *shape)
+    g = data(dtype, *shape)
     idx = np.indices(shape)
     want = np.where(idx[d2] - idx[d1] == offset, np.zeros((), dtype), g)
     return {"out_grad": g}, {"offset": offset, "dim1": d1, "dim2": d2}, {"x_grad": want}
@@ -937,53 +908,53 @@ def _as_strided_case(dtype, xs, dims, stride, off):
     idx = off + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(dims))]) * st
                     for d, (n, st) in enumerate(zip(dims, stride))) if dims else np.array(off)
     imap = np.broadcast_to(idx, tuple(dims))
-    g = _d(dtype, *dims, seed=1)
+    g = data(dtype, *dims, seed=1)
     attrs = {"dims": dims, "stride": stride, "offset": off * np.dtype(dtype).itemsize}
-    return {"input": _d(dtype, *xs), "out_grad": g}, attrs, {"input_grad": _gathered(xs, dtype, imap, g)}
+    return {"input": data(dtype, *xs), "out_grad": g}, attrs, {"input_grad": _gathered(xs, dtype, imap, g)}
 
 
 def _extra_cases():
     """(op, id, make(dtype) -> (inputs, attrs, numpy want or None), paddle oracle or None)."""
     conv = {"kernel_sizes": [3, 2], "strides": [2, 1], "paddings": [1, 0, 1, 0], "dilations": [1, 2]}
     cases = [
-        ("flatten_grad", "", lambda dt: ({"xshape": _d(dt, 2, 3, 4), "out_grad": _d(dt, 2, 12, seed=1)}, {},
-                                         {"x_grad": _d(dt, 2, 12, seed=1).reshape(2, 3, 4)})),
-        ("squeeze_grad", "", lambda dt: ({"xshape": _d(dt, 2, 1, 3), "out_grad": _d(dt, 2, 3, seed=1)},
-                                         {"axis": [1]}, {"x_grad": _d(dt, 2, 3, seed=1).reshape(2, 1, 3)})),
-        ("unsqueeze_grad", "", lambda dt: ({"xshape": _d(dt, 2, 3), "out_grad": _d(dt, 2, 1, 3, seed=1)},
-                                           {"axis": [1]}, {"x_grad": _d(dt, 2, 3, seed=1)})),
-        ("view_shape_grad", "", lambda dt: ({"input": _d(dt, 2, 3, 4), "out_grad": _d(dt, 6, 4, seed=1)},
-                                            {"dims": [6, 4]}, {"input_grad": _d(dt, 6, 4, seed=1).reshape(2, 3, 4)})),
-        ("flip_grad", "", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [0, -1]},
-                                      {"x_grad": np.flip(_d(dt, 3, 4, 5), (0, 2))})),
-        ("flip_grad", "mid", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [1]},
-                                         {"x_grad": np.flip(_d(dt, 3, 4, 5), 1)})),
-        ("reverse_grad", "", lambda dt: ({"out_grad": _d(dt, 3, 4, 5)}, {"axis": [1]},
-                                         {"x_grad": np.flip(_d(dt, 3, 4, 5), 1)})),
-        ("roll_grad", "", lambda dt: ({"x": _d(dt, 3, 4, 5), "out_grad": _d(dt, 3, 4, 5, seed=1)},
+        ("flatten_grad", "", lambda dt: ({"xshape": data(dt, 2, 3, 4), "out_grad": data(dt, 2, 12, seed=1)}, {},
+                                         {"x_grad": data(dt, 2, 12, seed=1).reshape(2, 3, 4)})),
+        ("squeeze_grad", "", lambda dt: ({"xshape": data(dt, 2, 1, 3), "out_grad": data(dt, 2, 3, seed=1)},
+                                         {"axis": [1]}, {"x_grad": data(dt, 2, 3, seed=1).reshape(2, 1, 3)})),
+        ("unsqueeze_grad", "", lambda dt: ({"xshape": data(dt, 2, 3), "out_grad": data(dt, 2, 1, 3, seed=1)},
+                                           {"axis": [1]}, {"x_grad": data(dt, 2, 3, seed=1)})),
+        ("view_shape_grad", "", lambda dt: ({"input": data(dt, 2, 3, 4), "out_grad": data(dt, 6, 4, seed=1)},
+                                            {"dims": [6, 4]}, {"input_grad": data(dt, 6, 4, seed=1).reshape(2, 3, 4)})),
+        ("flip_grad", "", lambda dt: ({"out_grad": data(dt, 3, 4, 5)}, {"axis": [0, -1]},
+                                      {"x_grad": np.flip(data(dt, 3, 4, 5), (0, 2))})),
+        ("flip_grad", "mid", lambda dt: ({"out_grad": data(dt, 3, 4, 5)}, {"axis": [1]},
+                                         {"x_grad": np.flip(data(dt, 3, 4, 5), 1)})),
+        ("reverse_grad", "", lambda dt: ({"out_grad": data(dt, 3, 4, 5)}, {"axis": [1]},
+                                         {"x_grad": np.flip(data(dt, 3, 4, 5), 1)})),
+        ("roll_grad", "", lambda dt: ({"x": data(dt, 3, 4, 5), "out_grad": data(dt, 3, 4, 5, seed=1)},
                                       {"shifts": [1, -2], "axis": [0, 2]},
-                                      {"x_grad": np.roll(_d(dt, 3, 4, 5, seed=1), (-1, 2), (0, 2))})),
-        ("roll_grad", "flat", lambda dt: ({"x": _d(dt, 3, 4), "out_grad": _d(dt, 3, 4, seed=1)},
+                                      {"x_grad": np.roll(data(dt, 3, 4, 5, seed=1), (-1, 2), (0, 2))})),
+        ("roll_grad", "flat", lambda dt: ({"x": data(dt, 3, 4), "out_grad": data(dt, 3, 4, seed=1)},
                                           {"shifts": [5], "axis": []},
-                                          {"x_grad": np.roll(_d(dt, 3, 4, seed=1), -5)})),
-        ("crop_grad", "", lambda dt: ({"x": _d(dt, 4, 6), "out_grad": _d(dt, 2, 3, seed=1)}, {"offsets": [1, 2]},
-                                      {"x_grad": np.pad(_d(dt, 2, 3, seed=1), [(1, 1), (2, 1)])})),
+                                          {"x_grad": np.roll(data(dt, 3, 4, seed=1), -5)})),
+        ("crop_grad", "", lambda dt: ({"x": data(dt, 4, 6), "out_grad": data(dt, 2, 3, seed=1)}, {"offsets": [1, 2]},
+                                      {"x_grad": np.pad(data(dt, 2, 3, seed=1), [(1, 1), (2, 1)])})),
         ("diag_grad", "1d", lambda dt: _diag_case(dt, (4,), 1)),
         ("diag_grad", "2d", lambda dt: _diag_case(dt, (3, 5), -1)),
         ("diagonal_grad", "", lambda dt: _diagonal_case(dt, (3, 4, 5), 1, 0, 2)),
         ("diagonal_grad", "neg", lambda dt: _diagonal_case(dt, (3, 4, 5), -1, -1, 1)),
-        ("fill_diagonal_grad", "", lambda dt: ({"out_grad": _d(dt, 5, 3)}, {"value": 2.0, "offset": 0, "wrap": True},
+        ("fill_diagonal_grad", "", lambda dt: ({"out_grad": data(dt, 5, 3)}, {"value": 2.0, "offset": 0, "wrap": True},
                                                None)),
         ("fill_diagonal_tensor_grad", "", lambda dt: _fill_diagonal_tensor_case(dt, (2, 3, 4), -1, 1, 2)),
-        ("fold_grad", "", lambda dt: ({"x": _d(dt, 1, 12, 6), "out_grad": _d(dt, 1, 2, 5, 4, seed=1)},
+        ("fold_grad", "", lambda dt: ({"x": data(dt, 1, 12, 6), "out_grad": data(dt, 1, 2, 5, 4, seed=1)},
                                       {**conv, "output_sizes": [5, 4]}, None)),
-        ("frame_grad", "last", lambda dt: ({"x": _d(dt, 2, 10), "out_grad": _d(dt, 2, 4, 3, seed=1)},
+        ("frame_grad", "last", lambda dt: ({"x": data(dt, 2, 10), "out_grad": data(dt, 2, 4, 3, seed=1)},
                                            {"frame_length": 4, "hop_length": 3, "axis": -1}, None)),
-        ("frame_grad", "first", lambda dt: ({"x": _d(dt, 9, 2), "out_grad": _d(dt, 4, 3, 2, seed=1)},
+        ("frame_grad", "first", lambda dt: ({"x": data(dt, 9, 2), "out_grad": data(dt, 4, 3, 2, seed=1)},
                                             {"frame_length": 3, "hop_length": 2, "axis": 0}, None)),
-        ("tensor_unfold_grad", "", lambda dt: ({"input": _d(dt, 3, 9), "out_grad": _d(dt, 3, 3, 3, seed=1)},
+        ("tensor_unfold_grad", "", lambda dt: ({"input": data(dt, 3, 9), "out_grad": data(dt, 3, 3, 3, seed=1)},
                                                {"axis": 1, "size": 3, "step": 3},
-                                               {"input_grad": _d(dt, 3, 3, 3, seed=1).reshape(3, 9)})),
+                                               {"input_grad": data(dt, 3, 3, 3, seed=1).reshape(3, 9)})),
         ("as_strided_grad", "", lambda dt: _as_strided_case(dt, (12,), [3, 2], [4, 1], 2)),
         ("as_strided_grad", "2d", lambda dt: _as_strided_case(dt, (3, 4), [2, 2], [4, 2], 1)),
     ]
@@ -1008,17 +979,17 @@ def test_extra_dtypes(op, make, dtype):
     assert refs, f"{op} [{dtype}]: no reference"
     for who, ref in refs:
         for k, w in ref.items():
-            _agree(f"{op}.{k} [{dtype}] vs {who}", got[k], w)
+            agree(f"{op}.{k} [{dtype}] vs {who}", got[k], w)
 
 
 @pytest.mark.parametrize("dtype", extra_dtypes("squeeze_double_grad"))
 def test_squeeze_unsqueeze_double_grads_extra_dtypes(dtype):
-    x = _d(dtype, 2, 1, 3, 1)
+    x = data(dtype, 2, 1, 3, 1)
     for op, fwd, axis, shape in (("squeeze_double_grad", "squeeze", [1], (2, 3, 1)),
                                  ("unsqueeze_double_grad", "unsqueeze", [0], (1, 2, 1, 3, 1))):
         got = tvmgrad.run(op, {"grad_x_grad": x}, {"axis": axis})["grad_out_grad"]
-        _agree(f"{op} [{dtype}] vs numpy", got, x.reshape(shape))
-        _agree(f"{op} [{dtype}] vs paddle", got, from_paddle(_c(fwd)(to_paddle(x), axis)))
+        agree(f"{op} [{dtype}] vs numpy", got, x.reshape(shape))
+        agree(f"{op} [{dtype}] vs paddle", got, from_paddle(_c(fwd)(to_paddle(x), axis)))
 
 
 @pytest.mark.parametrize("dtype", extra_dtypes("pad3d_double_grad"))
@@ -1027,27 +998,27 @@ def test_squeeze_unsqueeze_double_grads_extra_dtypes(dtype):
 def test_pad3d_double_grad_extra_dtypes(dtype, mode, fmt):
     """pad_value reaches a complex kernel as pad_value + 0i and an integer one truncated (Paddle's
     static_cast<T>: 1.7 -> 1, -2.9 -> -2)."""
-    x = _d(dtype, 2, 3, 3, 4, 5)
+    x = data(dtype, 2, 3, 3, 4, 5)
     pads = [1, 2, 2, 1, 1, 0]
     for value in (1.7, -2.9):
         attrs = {"paddings": pads, "mode": mode, "pad_value": value, "data_format": fmt}
         got = tvmgrad.run("pad3d_double_grad", {"grad_x_grad": x}, attrs)["grad_out_grad"]
         fill = complex(value) if dtype in CPLX else int(value)
-        _agree(f"pad3d_double_grad [{dtype}] vs numpy", got, _np_pad(x, pads, mode, fmt, value=fill))
+        agree(f"pad3d_double_grad [{dtype}] vs numpy", got, _np_pad(x, pads, mode, fmt, value=fill))
         want = from_paddle(_c("pad3d")(to_paddle(x), pads, mode, value, fmt))
-        _agree(f"pad3d_double_grad [{dtype}] vs paddle", got, want)
+        agree(f"pad3d_double_grad [{dtype}] vs paddle", got, want)
 
 
 @pytest.mark.parametrize("dtype", [d for d in extra_dtypes("as_strided_grad") if d in INTLIKE])
 def test_as_strided_and_tensor_unfold_overlap_sum_in_the_dtype(dtype):
     """Overlapping windows sum their cotangents (module doc): integers wrap, bools OR."""
     inputs, attrs, want = _as_strided_case(dtype, (10,), [4, 4], [2, 1], 0)
-    _agree("as_strided_grad", tvmgrad.run("as_strided_grad", inputs, attrs)["input_grad"], want["input_grad"])
-    g = _d(dtype, 3, 3, seed=2)
+    agree("as_strided_grad", tvmgrad.run("as_strided_grad", inputs, attrs)["input_grad"], want["input_grad"])
+    g = data(dtype, 3, 3, seed=2)
     imap = _tensor_unfold_np(_flat_index((7,)), 0, 3, 2)
-    got = tvmgrad.run("tensor_unfold_grad", {"input": _d(dtype, 7), "out_grad": g},
+    got = tvmgrad.run("tensor_unfold_grad", {"input": data(dtype, 7), "out_grad": g},
                       {"axis": 0, "size": 3, "step": 2})["input_grad"]
-    _agree("tensor_unfold_grad", got, _gathered((7,), dtype, imap, g))
+    agree("tensor_unfold_grad", got, _gathered((7,), dtype, imap, g))
 
 
 def test_shape_extra_dtypes_are_what_paddle_registers():
@@ -1075,7 +1046,7 @@ def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
     from cubins import assert_compiles_without_spills, plans_of
     calls = [(op, *make(dtype)[:2]) for op, _, make in _extra_cases() if dtype in extra_dtypes(op)]
     if dtype in extra_dtypes("pad3d_double_grad"):
-        calls += [("pad3d_double_grad", {"grad_x_grad": _d(dtype, 2, 3, 3, 4, 5)},
+        calls += [("pad3d_double_grad", {"grad_x_grad": data(dtype, 2, 3, 3, 4, 5)},
                    {"paddings": [1, 2, 2, 1, 1, 0], "mode": m, "pad_value": 0.5, "data_format": "NDHWC"})
                   for m in ("constant", "reflect", "replicate", "circular")]
     assert_compiles_without_spills(plans_of(calls))

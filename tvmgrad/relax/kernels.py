@@ -298,7 +298,6 @@ def conv2d_filter_grad_plan(xshape, wshape, *, strides, padding, dilation, group
         from ..dtypes import dtype as as_dtype
         from ..te_defs._dense import gemm, grain, load, store
         dt = as_dtype(dtype)
-        acc = dt.compute
         i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
         x = te.placeholder(tuple(map(i64, g.xv)), dt.storage, name="x")
         dy = te.placeholder(tuple(map(i64, g.ov)), dt.storage, name="out_grad")
@@ -307,26 +306,11 @@ def conv2d_filter_grad_plan(xshape, wshape, *, strides, padding, dilation, group
         Mn, Nn, Kn = g.Og, g.Cg * KK, g.N * P
 
         def dy_at(gi, o, k):
-            n, p = k // i64(P), k % i64(P)
-            oh, ow = p // i64(g.OW), p % i64(g.OW)
-            idx = (n, oh, ow, gi, o) if g.last else (n, gi, o, oh, ow)
-            return load(dy, idx, dt)
-
-        def x_at(gi, col, k):
-            n, p = k // i64(P), k % i64(P)
-            oh, ow = p // i64(g.OW), p % i64(g.OW)
-            c, r = col // i64(KK), col % i64(KK)
-            kh, kw = r // i64(g.kw), r % i64(g.kw)
-            ih = oh * i64(g.s[0]) + kh * i64(g.d[0]) - i64(g.lo[0])
-            iw = ow * i64(g.s[1]) + kw * i64(g.d[1]) - i64(g.lo[1])
-            ok = tirx.all(ih >= 0, ih < i64(g.H), iw >= 0, iw < i64(g.W))
-            ihc = tirx.max(tirx.min(ih, i64(g.H - 1)), i64(0))
-            iwc = tirx.max(tirx.min(iw, i64(g.W - 1)), i64(0))
-            idx = (n, ihc, iwc, gi, c) if g.last else (n, gi, c, ihc, iwc)
-            return tirx.Select(ok, load(x, idx, dt), tirx.const(0, acc))
+            n, oh, ow = _col_index(g, k, i64)
+            return load(dy, (n, oh, ow, gi, o) if g.last else (n, gi, o, oh, ow), dt)
 
         main = gemm("conv_dw", (i64(g.G),), i64(Mn), i64(Nn), i64(Kn),
-                    lambda bi, m, k: dy_at(bi[0], m, k), lambda bi, n, k: x_at(bi[0], n, k), dt,
+                    lambda bi, m, k: dy_at(bi[0], m, k), lambda bi, n, k: _x_col(g, x, dt, bi[0], k, n, i64), dt,
                     grain(Mn), grain(Nn))
         cast = store(dt)
         # (the crop reads the contraction affinely: (c, kh, kw) stays one axis, unflattened by a
