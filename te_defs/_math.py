@@ -10,9 +10,10 @@ import numpy as np
 
 from tvmgrad.lazy import tirx
 
+from tvmgrad.dtypes import is_integer
 from tvmgrad.families.complex import Complex
 
-__all__ = ["dtype_of", "const", "cast", "f32", "f64", "mul_f32", "float_attr", "where", "sign",
+__all__ = ["dtype_of", "is_int", "const", "cast", "f32", "f64", "mul_f32", "float_attr", "where", "sign",
            "square", "conj", "real", "imag", "cabs", "exp", "log", "sin", "cos", "tan", "sinh",
            "cosh", "tanh", "sqrt", "reciprocal"]
 
@@ -20,6 +21,11 @@ __all__ = ["dtype_of", "const", "cast", "f32", "f64", "mul_f32", "float_attr", "
 def dtype_of(expr) -> str:
     """The dtype of a scalar expr (TVM 0.27 keeps it in ``expr.ty``); a Complex's component dtype."""
     return expr.dtype if isinstance(expr, Complex) else str(expr.ty)
+
+
+def is_int(expr) -> bool:
+    """An integer or bool scalar (not a Complex): its formula follows C++ integer arithmetic."""
+    return not isinstance(expr, Complex) and is_integer(dtype_of(expr))
 
 
 def const(value, like):
@@ -123,13 +129,23 @@ def log(z):
     return Complex(tirx.log(tirx.hypot(z.re, z.im)), tirx.atan2(z.im, z.re))
 
 
+def _int_of_double(fn, x):
+    """C++ ``fn(x)`` for an integer x as Paddle's Sine<T>/Cosine<T> give it: computed in double,
+    converted back to x's type (truncated toward 0)."""
+    return fn(f64(x)).astype(dtype_of(x))
+
+
 def sin(z):
+    if is_int(z):
+        return _int_of_double(tirx.sin, z)
     if not isinstance(z, Complex):
         return tirx.sin(z)
     return Complex(tirx.sin(z.re) * tirx.cosh(z.im), tirx.cos(z.re) * tirx.sinh(z.im))
 
 
 def cos(z):
+    if is_int(z):
+        return _int_of_double(tirx.cos, z)
     if not isinstance(z, Complex):
         return tirx.cos(z)
     return Complex(tirx.cos(z.re) * tirx.cosh(z.im), -(tirx.sin(z.re) * tirx.sinh(z.im)))

@@ -12,12 +12,12 @@ as_real/as_complex kernels, conj kernel):
   real x: x_grad = 0 (zeros even for inf/NaN out_grad, as Paddle).
 * ``as_real`` / ``as_complex`` (forwards of as_complex_grad / as_real_grad): reinterpret complex
   as a trailing pair of reals and back (a copy: Paddle returns a new tensor).
-* ``conj`` (forward of conj_grad): (re, -im); a real tensor is copied.
+* ``conj`` (forward of conj_grad): (re, -im); a real or int32/int64 tensor is copied.
 """
 
 from __future__ import annotations
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import COMPLEX, FLOATS, INTS
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.mixed import mixed, real_dtype
 from tvmgrad.families.reinterpret import Reinterpret
@@ -95,9 +95,9 @@ def angle_grad(x, out_grad):
     return Complex(re, im)
 
 
-@mixed(dtypes=FLOATS + COMPLEX, infer_meta="UnchangedInferMeta")
+@mixed(dtypes=FLOATS + COMPLEX + INTS, infer_meta="UnchangedInferMeta")
 def conj(x):
-    """out = Re x - i·Im x; a real tensor is copied"""
+    """out = Re x - i·Im x; a real (or integer) tensor is copied"""
     return _conj(x)
 
 

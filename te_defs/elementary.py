@@ -10,17 +10,20 @@ import math
 
 from tvmgrad.lazy import tirx
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import ALL_INTS, COMPLEX, FLOATS, INTS
 from tvmgrad.families import pointwise
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.mixed import mixed
 
-from ._math import (cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, f32, is_cplx, sin, sinh,
-                    sqrt, where)
+from ._math import (cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, f32, is_cplx, is_int,
+                    sign, sin, sinh, sqrt, where)
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too: their grads follow
 # Paddle's convention x_grad = out_grad · conj(f'(x)) (checked against Paddle in tests/test_complex.py).
 CPLX = FLOATS + COMPLEX
+# Integer kernels (the int32/int64 Paddle registers for most of these grads; every integer type and
+# bool for scale and the rounding grads) compute in their own dtype with C++'s wrapping arithmetic;
+# a float attribute reaches them truncated toward 0 (static_cast<T>, families.base.scalar_arg).
 
 
 # ------------------------------------------------------------------------------------------
@@ -31,7 +34,10 @@ def _times_zero(v):
     NaN where either part is not finite, as the complex product's cross terms give).
 
     (``v * 0.0`` cannot be written directly: TVM folds it to the constant 0 while building.)
+    An integer v has no inf/NaN: 0.
     """
+    if is_int(v):
+        return const(0, v)
     if is_cplx(v):
         z = where(tirx.And(tirx.isfinite(v.re), tirx.isfinite(v.im)), 0.0, const(float("nan"), v.re))
         return Complex(z, z)
@@ -51,11 +57,14 @@ def _to(v, like):
 # ------------------------------------------------------------------------------------------
 # forward op invoked by scale_grad and sign_grad
 
-@pointwise(infer_meta="UnchangedInferMeta", dtypes=CPLX)
+@pointwise(infer_meta="UnchangedInferMeta", dtypes=CPLX + ("bool",) + ALL_INTS)
 def scale(x, scale, bias, bias_after_scale):
     """The forward ``scale`` op (scale_grad and sign_grad invoke it): x·scale + bias
     (bias_after_scale) or (x + bias)·scale. sign_grad = out_grad·0 + 0, so NaN where out_grad is
-    ±inf/NaN, as in Paddle."""
+    ±inf/NaN, as in Paddle. Integers: scale and bias truncated toward 0, wrapping arithmetic;
+    bool: C++'s, in int (bool operands promote), the result true where nonzero."""
+    if dtype_of(x) == "bool":
+        x, scale, bias = (v.astype("int32") for v in (x, scale, bias))
     return x * scale + bias if bias_after_scale else (x + bias) * scale
 
 
@@ -70,25 +79,33 @@ def _abs_check(call, dts):
                         f"must be {want} (the dtype of abs(x))")
 
 
-@mixed(dtypes=CPLX, check=_abs_check)
+@mixed(dtypes=CPLX + INTS, check=_abs_check)
 def abs_grad(x, out_grad):
     """x_grad = x == 0 ? 0 : out_grad · (x / |x|)   (NaN at x = ±inf: inf/inf, as Paddle)
+    integer x: out_grad · sign(x)
     complex x (out_grad is real, the dtype of |x|): the same formula, a complex x_grad"""
     if is_cplx(x):
         zero = const(0.0, x.re)
         unit = cdiv(x, Complex(cabs(x), zero))          # complex division: NaN pairs at inf
         return cselect(tirx.And(x.re == zero, x.im == zero), 0.0, unit * out_grad)
+    if is_int(x):
+        return out_grad * sign(x)           # Paddle's dout · sign(x)
     return where(x == 0, 0.0, out_grad * (x / tirx.abs(x)))
 
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def abs_double_grad(x, grad_x_grad):
     """grad_out_grad = x == 0 ? 0 : grad_x_grad · x / |x|   (NaN at x = ±inf, as Paddle)
+    integer x: the same in integer arithmetic (the product wraps, the division truncates)
     complex x: the same formula without conjugation, a complex grad_out_grad (Paddle's
     AbsGradGradFunctor<complex>; its output has x's dtype)"""
     if is_cplx(x):
         zero = const(0.0, x.re)
         return cselect(tirx.And(x.re == zero, x.im == zero), 0.0, (grad_x_grad * x) / cabs(x))
+    if is_int(x):
+        # Paddle's T(ddx) · x / T(|x|): the product wraps before the (truncating) division. x = 0
+        # gives 0 / 1; no select around it (TVM would drop the guard inside, so divide by 0)
+        return tirx.truncdiv(grad_x_grad * x, tirx.abs(where(x == 0, const(1, x), x)))
     return where(x == 0, 0.0, grad_x_grad * x / tirx.abs(x))
 
 
@@ -131,19 +148,19 @@ def tan_grad(x, out_grad):
 # the same expressions with complex arithmetic and, unlike the first-order grads, no conjugation
 # (log_double_grad is the exception; checked in tests/test_complex.py).
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def sin_double_grad(x, grad_out, grad_x_grad):
     """x_grad = -grad_x_grad · sin(x) · grad_out,  grad_out_grad = grad_x_grad · cos(x)"""
     return -grad_x_grad * sin(x) * grad_out, grad_x_grad * cos(x)
 
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def cos_double_grad(x, grad_out, grad_x_grad):
     """x_grad = -grad_x_grad · cos(x) · grad_out,  grad_out_grad = -grad_x_grad · sin(x)"""
     return -grad_x_grad * cos(x) * grad_out, -grad_x_grad * sin(x)
 
 
-@pointwise(broadcast=(), dtypes=CPLX)
+@pointwise(broadcast=(), dtypes=CPLX + INTS)
 def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
     """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
     d3d2d1y = grad_out_grad_grad:
@@ -176,7 +193,7 @@ def sin_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_
     return dx, d_dout, d_ddx
 
 
-@pointwise(broadcast=(), dtypes=CPLX)
+@pointwise(broadcast=(), dtypes=CPLX + INTS)
 def cos_triple_grad(x, grad_out_forward, grad_x_grad_forward, grad_x_grad, grad_out_grad_grad):
     """With d1y = grad_out_forward, d2d1x = grad_x_grad_forward, d3d2x = grad_x_grad,
     d3d2d1y = grad_out_grad_grad:
@@ -276,7 +293,7 @@ def atanh_grad(x, out_grad):
 # ------------------------------------------------------------------------------------------
 # exponentials and logarithms
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def exp_grad(out, out_grad):
     """x_grad = out_grad · out"""
     if is_cplx(out):
@@ -375,18 +392,19 @@ def rsqrt_double_grad(out, grad_x, grad_x_grad):
     return (3.0 / out) * grad_x * grad_x_grad, grad_x_grad * -0.5 * out * out * out
 
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def square_grad(x, out_grad):
     """x_grad = 2 · out_grad · x"""
     if is_cplx(x):
         return out_grad * conj(2.0 * x)
-    return out_grad * 2.0 * x
+    return out_grad * const(2.0, x) * x            # const: an integer 2 for integer x
 
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def square_double_grad(x, grad_out, grad_x_grad):
     """x_grad = 2 · grad_x_grad · grad_out,  grad_out_grad = 2 · grad_x_grad · x"""
-    return grad_x_grad * 2.0 * grad_out, grad_x_grad * 2.0 * x
+    two = const(2.0, x)                            # an integer 2 for integer x
+    return grad_x_grad * two * grad_out, grad_x_grad * two * x
 
 
 @pointwise(dtypes=CPLX)
@@ -468,19 +486,19 @@ def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y
 # ------------------------------------------------------------------------------------------
 # piecewise constant and clipping
 
-@pointwise
+@pointwise(dtypes=FLOATS + ALL_INTS)
 def floor_grad(out_grad):
     """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
     return _times_zero(out_grad)
 
 
-@pointwise
+@pointwise(dtypes=FLOATS + ALL_INTS)
 def ceil_grad(out_grad):
     """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle)"""
     return _times_zero(out_grad)
 
 
-@pointwise(dtypes=CPLX)
+@pointwise(dtypes=CPLX + INTS)
 def round_grad(out_grad):
     """x_grad = 0 · out_grad   (NaN where out_grad is ±inf/NaN, as Paddle; complex: both parts)"""
     if is_cplx(out_grad):
@@ -490,19 +508,19 @@ def round_grad(out_grad):
     return _times_zero(out_grad)
 
 
-@pointwise
+@pointwise(dtypes=FLOATS + INTS)
 def trunc_grad(out_grad):
     """input_grad = 0   (zeros even where out_grad is ±inf/NaN, as Paddle)"""
     return 0.0
 
 
-@pointwise
+@pointwise(dtypes=FLOATS + INTS)
 def clip_grad(x, out_grad, min, max):
     """x_grad = min ≤ x ≤ max ? out_grad : 0   (0 where x is NaN, everywhere when min > max)"""
     return where(tirx.all(x >= min, x <= max), out_grad, 0.0)
 
 
-@pointwise
+@pointwise(dtypes=FLOATS + INTS)
 def clip_double_grad(x, grad_x_grad, min, max):
     """grad_out_grad = min ≤ x ≤ max ? grad_x_grad : 0   (Paddle runs clip_grad's kernel)"""
     return where(tirx.all(x >= min, x <= max), grad_x_grad, 0.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "dtype", "FLOATS", "HALF", "COMPLEX", "INTS"]
+__all__ = ["DType", "dtype", "FLOATS", "HALF", "COMPLEX", "INTS", "ALL_INTS", "is_integer"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,12 @@ FLOATS = ("float32", "float64", "float16", "bfloat16")
 HALF = ("float16", "bfloat16")
 COMPLEX = ("complex64", "complex128")
 INTS = ("int32", "int64")
+ALL_INTS = ("int8", "uint8", "int16", "int32", "int64")
+
+
+def is_integer(name: str) -> bool:
+    """An integer or bool TVM dtype name (its kernels compute in C++ integer arithmetic)."""
+    return name.startswith(("int", "uint", "bool"))
 
 
 _BY_KEY: dict = {}          # dtype objects seen before (numpy, torch, paddle, tvm_ffi, names) -> DType

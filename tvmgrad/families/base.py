@@ -52,6 +52,8 @@ def scalar_arg(op: str, name: str, dtype: str, value) -> Arg:
         if not math.isfinite(value):
             raise ValueError(f"{op}: attribute {name!r} = {value} has no {dtype} value")
         value = bool(value) if dtype == "bool" else int(value)
+        if dtype.startswith("uint"):               # a negative value wraps, as x86 converts it
+            value %= 1 << int(dtype[4:])
     return Arg("scalar", name, dtype=dtype, value=value)
 
 

@@ -223,15 +223,18 @@ class Pointwise(OpImpl):
         inplace_targets = {dst for _, dst in spec.inplace}
         full.sort(key=lambda n: n in inplace_targets)       # aliased outputs are written last
 
+        acc_dtype = "int32" if dt.compute == "bool" else dt.compute   # a bool sum counts: any != 0
+
         def reduction(n, i):
             raxes = [te.reduce_axis((0, dims[j]), name=f"r{j}") for j in range(k) if masks[j][i]]
 
             def body(*idx):
                 it = iter(raxes)
                 point = [next(it) if masks[j][i] else idx[j] for j in range(k)] + list(idx[k:])
-                return te.sum(element(point, n), axis=raxes)
+                value = element(point, n)
+                return te.sum(value if acc_dtype == dt.compute else value.astype(acc_dtype), axis=raxes)
 
-            if dt.storage == dt.compute:
+            if dt.storage == acc_dtype:
                 return te.compute(shape_of(i) + pair, body, name=n)
             acc = te.compute(shape_of(i) + pair, body, name=f"{n}_acc")
             return te.compute(shape_of(i) + pair, lambda *idx: acc(*idx).astype(dt.storage), name=n)

@@ -1,0 +1,148 @@
+"""Integer and bool kernels of pointwise grads, checked exactly against Paddle 3.3.1's CPU kernels.
+
+Paddle registers these grads for int32/int64 (copysign_grad, scale and the rounding grads also for
+int8/uint8/int16 and bool); its kernels compute in the integer type with C++'s wrapping arithmetic
+and truncate float attributes toward 0. Each case runs Paddle's kernel (``paddle._C_ops`` or its
+autograd) on the same arrays, extremes included, and demands identical values and dtype. The
+sin/cos double and triple grads have no Paddle entry point for integers (sin_grad/cos_grad are
+float-only, so autograd never reaches them): their oracle is the functor's C++ in numpy.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tvmgrad
+
+from harness import autograd_oracle
+
+paddle = pytest.importorskip("paddle")
+paddle.set_device("cpu")
+warnings.filterwarnings("ignore")
+
+C = paddle._C_ops
+
+
+def _ints(dtype, shape=(3, 5), seed=0, small=False):
+    """Random values of ``dtype`` with its extremes and 0 among them (``small``: |v| <= 9)."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    info = np.iinfo(dtype)
+    lo, hi = (max(info.min, -9), 9) if small else (info.min, info.max)
+    a = rng.integers(lo, hi, shape, dtype=dtype, endpoint=True)
+    flat = a.reshape(-1)
+    flat[:3] = (0, lo, hi)
+    return a
+
+
+def _t(a):
+    return paddle.to_tensor(a)
+
+
+def _same(got: dict, want: dict):
+    for name, w in want.items():
+        w = np.asarray(w.numpy() if hasattr(w, "numpy") else w)
+        g = np.asarray(got[name])
+        assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
+        np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+ALL = ("bool", "int8", "uint8", "int16", "int32", "int64")
+NARROW = ("int8", "uint8", "int16", "int32", "int64")
+WIDE = ("int32", "int64")
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_copysign_grad(dtype):
+    x, y, g = _ints(dtype, seed=1), _ints(dtype, seed=2), _ints(dtype, seed=3)
+    want = C.copysign_grad(_t(x), _t(y), _t(g))
+    _same(tvmgrad.run("copysign_grad", {"x": x, "y": y, "out_grad": g}),
+          {"x_grad": want[0], "y_grad": want[1]})
+    # broadcast y: the x grad is per element, y's sums to zeros
+    yb = y[0]
+    want = C.copysign_grad(_t(x), _t(yb), _t(g))
+    _same(tvmgrad.run("copysign_grad", {"x": x, "y": yb, "out_grad": g}),
+          {"x_grad": want[0], "y_grad": want[1]})
+
+
+@pytest.mark.parametrize("op", ["fmax_grad", "fmin_grad", "heaviside_grad"])
+@pytest.mark.parametrize("dtype", WIDE)
+def test_binary_masks(op, dtype):
+    x, g = _ints(dtype, seed=1, small=True), _ints(dtype, seed=3)
+    y = _ints(dtype, (5,), seed=2, small=True)                  # broadcast: y's grad is summed
+    want = getattr(C, op)(_t(x), _t(y), _t(g))
+    _same(tvmgrad.run(op, {"x": x, "y": y, "out_grad": g}), {"x_grad": want[0], "y_grad": want[1]})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_unary_grads(dtype):
+    x, g = _ints(dtype, seed=1), _ints(dtype, seed=3)
+    _same(tvmgrad.run("abs_grad", {"x": x, "out_grad": g}), {"x_grad": C.abs_grad(_t(x), _t(g))})
+    _same(tvmgrad.run("exp_grad", {"out": x, "out_grad": g}), {"x_grad": C.exp_grad(_t(x), _t(g))})
+    _same(tvmgrad.run("square_grad", {"x": x, "out_grad": g}), {"x_grad": C.square_grad(_t(x), _t(g))})
+    _same(tvmgrad.run("conj_grad", {"out_grad": g}), {"x_grad": C.conj(_t(g))})
+    for op in ("round_grad", "trunc_grad"):
+        _same(tvmgrad.run(op, {"out_grad": g}), {next(iter(tvmgrad.run(op, {"out_grad": g}))): getattr(C, op)(_t(g))})
+    for lo, hi in ((-1.5, 1.7), (0.5, 1.7), (-1.7, -0.5), (-3.0, 4.0)):
+        xs = _ints(dtype, seed=1, small=True)
+        want = C.clip_grad(_t(xs), _t(g), lo, hi)              # truncated bounds: min 0 for 0.5
+        _same(tvmgrad.run("clip_grad", {"x": xs, "out_grad": g}, {"min": lo, "max": hi}), {"x_grad": want})
+        _same(tvmgrad.run("clip_double_grad", {"x": xs, "grad_x_grad": g}, {"min": lo, "max": hi}),
+              {"grad_out_grad": want})                          # Paddle runs clip_grad's kernel
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_floor_ceil_grads(dtype):
+    g = _ints(dtype, seed=3)
+    for op in ("floor_grad", "ceil_grad"):
+        _same(tvmgrad.run(op, {"out_grad": g}), {"x_grad": getattr(C, op)(_t(g))})
+
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_scale_and_sign_grads(dtype):
+    g = _ints(dtype, seed=3)
+    for scale in (2.5, -2.5, 0.7, 3.0):
+        want = C.scale(_t(g), scale, 0.0, True)                 # scale truncated toward 0
+        _same(tvmgrad.run("scale_grad", {"out_grad": g}, {"scale": scale}), {"x_grad": want})
+    _same(tvmgrad.run("sign_grad", {"out_grad": g}), {"x_grad": C.scale(_t(g), 0.0, 0.0, True)})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_double_grads_by_autograd(dtype):
+    x, g, dd = _ints(dtype, seed=1), _ints(dtype, seed=3), _ints(dtype, seed=4)
+    # abs_double_grad does not read grad_out; Paddle's autograd needs one
+    for op, inputs, extra in (("abs_double_grad", {"x": x, "grad_x_grad": dd}, lambda i, a: {"grad_out": g}),
+                              ("square_double_grad", {"x": x, "grad_out": g, "grad_x_grad": dd}, None)):
+        want = autograd_oracle(op, extra)(inputs, {})
+        _same(tvmgrad.run(op, inputs), {k: v for k, v in want.items() if v is not None})
+
+
+def _trig(fn, x):
+    """Paddle's Sine<T>/Cosine<T> for an integer T: the double result converted back (truncated)."""
+    return fn(x.astype(np.float64)).astype(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_sin_cos_higher_grads(dtype):
+    x = _ints(dtype, seed=1, small=True)
+    d1y, d2d1x, d3d2x, d3d2d1y = (_ints(dtype, seed=s) for s in (3, 4, 5, 6))
+    s, c = _trig(np.sin, x), _trig(np.cos, x)
+    with np.errstate(over="ignore"):
+        _same(tvmgrad.run("sin_double_grad", {"x": x, "grad_out": d1y, "grad_x_grad": d2d1x}),
+              {"x_grad": -d2d1x * s * d1y, "grad_out_grad": d2d1x * c})
+        _same(tvmgrad.run("cos_double_grad", {"x": x, "grad_out": d1y, "grad_x_grad": d2d1x}),
+              {"x_grad": -d2d1x * c * d1y, "grad_out_grad": -d2d1x * s})
+        ins = {"x": x, "grad_out_forward": d1y, "grad_x_grad_forward": d2d1x, "grad_x_grad": d3d2x,
+               "grad_out_grad_grad": d3d2d1y}
+        _same(tvmgrad.run("sin_triple_grad", ins),
+              {"x_grad": -c * d1y * d2d1x * d3d2x - s * d2d1x * d3d2d1y,
+               "grad_out_forward_grad": -s * d2d1x * d3d2x,
+               "grad_x_grad_forward_grad": -s * d1y * d3d2x + c * d3d2d1y})
+        _same(tvmgrad.run("cos_triple_grad", ins),
+              {"x_grad": s * d1y * d2d1x * d3d2x - c * d2d1x * d3d2d1y,
+               "grad_out_forward_grad": -c * d2d1x * d3d2x,
+               "grad_x_grad_forward_grad": -c * d1y * d3d2x - s * d3d2d1y})
