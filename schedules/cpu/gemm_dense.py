@@ -72,6 +72,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     mb, nb = micro_kernel(unit, str(sch.get(block).writes[0].source.dtype))
     mb, nb = min(mb, gm), min(nb, gn)
     order = str(ann.get("dense.order", "nm"))
+    _pack_sources(sch, block, m_ax, n_ax, mb, nb)
     info = analyze(sch, block)
     kept, reduce = info.spatial_loops, info.reduce_loops
     mo, mi = sch.split(kept[m_ax], [None, mb])
@@ -81,6 +82,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     sch.reorder(*outer, first, second, *reduce, mi, ni)
     # the epilogue (crop + cast), or partial results reduced later, from registers
     keep_in_registers(sch, block, second, epilogue(sch, block))
+    _tile_last(sch, block, m_ax, n_ax)
     producers = [p for p in sch.get_producers(block)
                  if str(annotations(sch, p).get("dense.src", "")) == "tile"]
     for src in producers:
@@ -94,6 +96,90 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
         inner = sch.get_loops(src)[1:]
         if inner and const_extent(sch, inner[-1]) is not None:
             sch.vectorize(inner[-1])
+
+
+def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
+    """Lay out each root source the contraction alone reads as the micro-kernel streams it.
+
+    An operand read along the N axis (one of its indices the N iter var) has that dim split into
+    panels of nb, an operand without the N axis (the broadcast one) its M dim into panels of mb:
+    the panel index moves in front of the dims the reduction walks, the lane index last
+    (``[kept dims..., panel, reduced dims..., lane]``). A micro-kernel then reads one contiguous
+    stream per operand row instead of a lane-wide piece of every row of a wide matrix, and the
+    copy that makes the source walks its input in blocks of lanes (a blocked transpose when the
+    source is a channel-last copy of a channel-first tensor)."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+    blk = sch.get(block)
+    spatial = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 0]
+    reduced = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 2]
+    m_var, n_var = spatial[m_ax], spatial[n_ax]
+    analyzer = Analyzer()
+    for producer in sch.get_producers(block):
+        ann = annotations(sch, producer)
+        if str(ann.get("dense.src", "")) != "root" or "dense.par" in ann:
+            continue
+        if len(sch.get_consumers(producer)) != 1:
+            continue
+        buf = sch.get(producer).writes[0].source
+        region = next((r for r in blk.reads if r.source.same_as(buf)), None)
+        loops = sch.get_loops(producer)
+        if region is None or len(loops) != len(buf.shape):
+            continue
+        index = [r.min for r in region.region]
+        if any(not analyzer.can_prove_equal(r.extent, 1) for r in region.region):
+            continue
+        vector = any(_uses_var(i, n_var) for i in index)
+        want, lanes = (n_var, nb) if vector else (m_var, mb)
+        tiled = [d for d, i in enumerate(index) if isinstance(i, tirx.Var) and i.same_as(want)]
+        if len(tiled) != 1:
+            continue
+        (t,) = tiled
+        if not analyzer.can_prove_equal(tirx.floormod(buf.shape[t], lanes), 0):
+            continue
+        walked = [d for d, i in enumerate(index) if d != t and any(_uses_var(i, r) for r in reduced)]
+        kept = [d for d in range(len(index)) if d != t and d not in walked]
+        if not walked:
+            continue
+
+        sch.transform_layout(producer, ("write", 0), _packing(len(index), t, lanes, kept, walked),
+                             assume_injective_transform=True)
+        outer, inner = sch.split(loops[t], [None, lanes])
+        sch.reorder(*(loops[d] for d in kept), outer, *(loops[d] for d in walked), inner)
+
+
+def _tile_last(sch, block, m_ax: int, n_ax: int) -> None:
+    """The register tile's buffer laid out [other dims..., M, N]: each of its mb rows one run of
+    nb lanes (vector registers), not lanes strided by the dims after M or N."""
+    from tvm import tirx
+    blk = sch.get(block)
+    spatial = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 0]
+    index = [r.min for r in blk.writes[0].region]
+    at = [next((d for d, i in enumerate(index) if isinstance(i, tirx.Var)
+                and i.same_as(spatial[ax])), None) for ax in (m_ax, n_ax)]
+    if None in at or at == [len(index) - 2, len(index) - 1]:
+        return
+    m_at, n_at = at
+    rest = [d for d in range(len(index)) if d not in at]
+    sch.transform_layout(block, ("write", 0),
+                         tirx.IndexMap.from_func(lambda *i: [*(i[d] for d in rest), i[m_at], i[n_at]],
+                                                 ndim=len(index)),
+                         assume_injective_transform=True)
+
+
+def _packing(ndim: int, t: int, lanes: int, kept: list, walked: list):
+    """The IndexMap ``[kept..., t // lanes, walked..., t % lanes]`` of an ndim-dim buffer."""
+    from tvm import tirx
+
+    def packed(*i):
+        return [*(i[d] for d in kept), tirx.floordiv(i[t], lanes), *(i[d] for d in walked),
+                tirx.floormod(i[t], lanes)]
+    return tirx.IndexMap.from_func(packed, ndim=ndim)
+
+
+def _uses_var(expr, var) -> bool:
+    from tvm import tirx
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _source(sch, loops, limit) -> None:
