@@ -16,9 +16,14 @@ of 16 ymm), less when the grain is smaller. It becomes:
             epilogue: crop + cast acc into the output
 
 so a micro-kernel step is mb broadcasts, nb/lanes vector loads and mb·nb/lanes FMAs on
-accumulators that stay in registers. Sources marked ``root`` and every other block (reductions
-over partial results, elementwise stages) get the generic CPU rules. It fits a function with
-``dense.main`` blocks (``fits.contraction``).
+accumulators that stay in registers (the tile's buffer laid out [.., M, N]). Sources marked
+``root`` are packed the way the micro-kernel streams them (``_pack_sources``: panel, reduced
+dims, lanes) and copied in parallel, zero padding filled apart from an unguarded copy of the
+in-bounds part. A contraction whose rows share no operand (a depthwise data grad: each M row,
+a channel, reads its own plane) runs one row of up to 64 lanes at a time instead
+(``_row_contraction``). Every other block (reductions over partial results, elementwise
+stages) gets the generic CPU rules. It fits a function with ``dense.main`` blocks
+(``fits.contraction``).
 """
 
 from __future__ import annotations
