@@ -16,9 +16,14 @@ of 16 ymm), less when the grain is smaller. It becomes:
             epilogue: crop + cast acc into the output
 
 so a micro-kernel step is mb broadcasts, nb/lanes vector loads and mb·nb/lanes FMAs on
-accumulators that stay in registers. Sources marked ``root`` and every other block (reductions
-over partial results, elementwise stages) get the generic CPU rules. It fits a function with
-``dense.main`` blocks (``fits.contraction``).
+accumulators that stay in registers (the tile's buffer laid out [.., M, N]). Sources marked
+``root`` are packed the way the micro-kernel streams them (``_pack_sources``: panel, reduced
+dims, lanes) and copied in parallel, zero padding filled apart from an unguarded copy of the
+in-bounds part. A contraction whose rows share no operand (a depthwise data grad: each M row,
+a channel, reads its own plane) runs one row of up to 64 lanes at a time instead
+(``_row_contraction``). Every other block (reductions over partial results, elementwise
+stages) gets the generic CPU rules. It fits a function with ``dense.main`` blocks
+(``fits.contraction``).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ def schedule(sch, target):
         if info.is_reduction:
             generic._reduction(sch, info)
         elif "dense.src" in ann:
-            _source(sch, info.loops, as_int(ann.get("dense.par", len(info.loops) - 1)))
+            _source(sch, info, as_int(ann.get("dense.par", len(info.loops) - 1)))
         else:
             spatial(sch, info.loops)
     return sch.mod
@@ -72,6 +77,10 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     mb, nb = micro_kernel(unit, str(sch.get(block).writes[0].source.dtype))
     mb, nb = min(mb, gm), min(nb, gn)
     order = str(ann.get("dense.order", "nm"))
+    if not _rows_share_operand(sch, block, m_ax, n_ax):
+        _row_contraction(sch, block, unit, m_ax, n_ax, gn)
+        return
+    _pack_sources(sch, block, m_ax, n_ax, mb, nb)
     info = analyze(sch, block)
     kept, reduce = info.spatial_loops, info.reduce_loops
     mo, mi = sch.split(kept[m_ax], [None, mb])
@@ -81,6 +90,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     sch.reorder(*outer, first, second, *reduce, mi, ni)
     # the epilogue (crop + cast), or partial results reduced later, from registers
     keep_in_registers(sch, block, second, epilogue(sch, block))
+    _tile_last(sch, block, m_ax, n_ax)
     producers = [p for p in sch.get_producers(block)
                  if str(annotations(sch, p).get("dense.src", "")) == "tile"]
     for src in producers:
@@ -96,16 +106,172 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
             sch.vectorize(inner[-1])
 
 
-def _source(sch, loops, limit) -> None:
+def _rows_share_operand(sch, block, m_ax: int, n_ax: int) -> bool:
+    """Do the M rows of a tile share a vector operand (a read along N that M does not index)?
+    Not so in a depthwise convolution's data grad, where M is the channel: each row reads its
+    own plane, and blocking rows only strides the loads across planes."""
+    blk = sch.get(block)
+    spatial = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 0]
+    m_var, n_var = spatial[m_ax], spatial[n_ax]
+    for region in blk.reads:
+        index = [r.min for r in region.region]
+        if any(_uses_var(i, n_var) for i in index) and not any(_uses_var(i, m_var) for i in index):
+            return True
+    return False
+
+
+def row_tile(unit: VectorUnit, dtype: str) -> int:
+    """Lanes of a one-row micro-kernel: the most vectors (a power of two, at most MAX_NB lanes)
+    whose accumulators fit the registers beside one broadcast and one streamed operand."""
+    lanes = unit.lanes(dtype)
+    vectors = 1
+    while vectors * 2 * lanes <= MAX_NB and vectors * 2 + 2 <= unit.registers:
+        vectors *= 2
+    return vectors * lanes
+
+
+def _row_contraction(sch, block, unit: VectorUnit, m_ax: int, n_ax: int, gn: int) -> None:
+    """A contraction whose rows share no operand: one row at a time, a wide run of N lanes in
+    registers, every other axis (M included) in its own order, the leading ones in parallel, so
+    that a worker walks one operand plane after another."""
+    nb = min(row_tile(unit, str(sch.get(block).writes[0].source.dtype)), gn)
+    _pack_sources(sch, block, m_ax, n_ax, 1, nb)
+    info = analyze(sch, block)
+    kept, reduce = info.spatial_loops, info.reduce_loops
+    no, ni = sch.split(kept[n_ax], [None, nb])
+    outer = [lp for i, lp in enumerate(kept) if i != n_ax]
+    sch.reorder(*outer, no, *reduce, ni)
+    keep_in_registers(sch, block, no, epilogue(sch, block))
+    _tile_last(sch, block, m_ax, n_ax)
+    producers = [p for p in sch.get_producers(block)
+                 if str(annotations(sch, p).get("dense.src", "")) == "tile"]
+    for src in producers:
+        sch.compute_at(src, no)
+    sch.vectorize(ni)
+    parallel(sch, _constant_strides(sch, [*outer, no]))
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    for src in producers:
+        inner = sch.get_loops(src)[1:]
+        if inner and const_extent(sch, inner[-1]) is not None:
+            sch.vectorize(inner[-1])
+
+
+def _constant_strides(sch, loops) -> list:
+    """The leading loops to fuse into the parallel loop: the first, and those after it while
+    their extents are constants. The index of a fused loop over symbolic extents is taken apart
+    by divisions, which LLVM cannot hoist out of the cropping epilogue's guarded stores (a
+    divisor might be zero), so every stored element would pay for them."""
+    lead = loops[:1]
+    for lp in loops[1:]:
+        if const_extent(sch, lp) is None:
+            break
+        lead.append(lp)
+    return lead
+
+
+def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
+    """Lay out each root source the contraction alone reads as the micro-kernel streams it.
+
+    An operand read along the N axis (one of its indices the N iter var) has that dim split into
+    panels of nb, an operand without the N axis (the broadcast one) its M dim into panels of mb:
+    the panel index moves in front of the dims the reduction walks, the lane index last
+    (``[kept dims..., panel, reduced dims..., lane]``). A micro-kernel then reads one contiguous
+    stream per operand row instead of a lane-wide piece of every row of a wide matrix, and the
+    copy that makes the source walks its input in blocks of lanes (a blocked transpose when the
+    source is a channel-last copy of a channel-first tensor)."""
+    from tvm import tirx
+    from tvm.sym import Analyzer
+    blk = sch.get(block)
+    spatial = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 0]
+    reduced = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 2]
+    m_var, n_var = spatial[m_ax], spatial[n_ax]
+    analyzer = Analyzer()
+    for producer in sch.get_producers(block):
+        ann = annotations(sch, producer)
+        if str(ann.get("dense.src", "")) != "root" or "dense.par" in ann:
+            continue
+        if len(sch.get_consumers(producer)) != 1:
+            continue
+        buf = sch.get(producer).writes[0].source
+        region = next((r for r in blk.reads if r.source.same_as(buf)), None)
+        loops = sch.get_loops(producer)
+        if region is None or len(loops) != len(buf.shape):
+            continue
+        index = [r.min for r in region.region]
+        if any(not analyzer.can_prove_equal(r.extent, 1) for r in region.region):
+            continue
+        vector = any(_uses_var(i, n_var) for i in index)
+        want, lanes = (n_var, nb) if vector else (m_var, mb)
+        tiled = [d for d, i in enumerate(index) if isinstance(i, tirx.Var) and i.same_as(want)]
+        if len(tiled) != 1:
+            continue
+        (t,) = tiled
+        if lanes == 1 or not analyzer.can_prove_equal(tirx.floormod(buf.shape[t], lanes), 0):
+            continue
+        walked = [d for d, i in enumerate(index) if d != t and any(_uses_var(i, r) for r in reduced)]
+        kept = [d for d in range(len(index)) if d != t and d not in walked]
+        if not walked:
+            continue
+
+        sch.transform_layout(producer, ("write", 0),
+                             _packing(len(index), t, lanes, kept, walked, index[t].ty),
+                             assume_injective_transform=True)
+        outer, inner = sch.split(loops[t], [None, lanes])
+        sch.reorder(*(loops[d] for d in kept), outer, *(loops[d] for d in walked), inner)
+
+
+def _tile_last(sch, block, m_ax: int, n_ax: int) -> None:
+    """The register tile's buffer laid out [other dims..., M, N]: each of its mb rows one run of
+    nb lanes (vector registers), not lanes strided by the dims after M or N."""
+    from tvm import tirx
+    blk = sch.get(block)
+    spatial = [iv.var for iv in blk.iter_vars if int(iv.iter_type) == 0]
+    index = [r.min for r in blk.writes[0].region]
+    at = [next((d for d, i in enumerate(index) if isinstance(i, tirx.Var)
+                and i.same_as(spatial[ax])), None) for ax in (m_ax, n_ax)]
+    if None in at or at == [len(index) - 2, len(index) - 1]:
+        return
+    m_at, n_at = at
+    rest = [d for d in range(len(index)) if d not in at]
+    sch.transform_layout(block, ("write", 0),
+                         tirx.IndexMap.from_func(lambda *i: [*(i[d] for d in rest), i[m_at], i[n_at]],
+                                                 ndim=len(index), index_dtype=str(index[0].ty)),
+                         assume_injective_transform=True)
+
+
+def _packing(ndim: int, t: int, lanes: int, kept: list, walked: list, dtype: str):
+    """The IndexMap ``[kept..., t // lanes, walked..., t % lanes]`` of an ndim-dim buffer."""
+    from tvm import tirx
+
+    def packed(*i):
+        return [*(i[d] for d in kept), tirx.floordiv(i[t], lanes), *(i[d] for d in walked),
+                tirx.floormod(i[t], lanes)]
+    return tirx.IndexMap.from_func(packed, ndim=ndim, index_dtype=str(dtype))
+
+
+def _uses_var(expr, var) -> bool:
+    from tvm import tirx
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
+
+
+def _source(sch, info, limit) -> None:
     """An operand copy: the leading loops run in parallel, fused up to ``limit`` of them and up
     to the first with a compound extent (TVM's index analysis of a fused loop over padded,
-    compound extents hits an internal check), the rest stay serial, the innermost contiguous."""
+    compound extents hits an internal check), the rest stay serial, the innermost contiguous.
+    A zero-padded copy is split, inside each parallel step, into zero fill and a copy of the
+    in-bounds part without the bounds test (which keeps LLVM from vectorising the copy)."""
+    loops = info.loops
     lead = []
     for lp in loops[: max(1, min(limit, len(loops) - 1))]:
         if lead and not _plain(sch.get(lp).extent):
             break
         lead.append(lp)
-    parallel(sch, lead)
+    rest = loops[len(lead):]
+    fused = parallel(sch, lead)
+    if rest and sch.can_decompose_padding(info.block, rest[0]):
+        sch.decompose_padding(info.block, rest[0])
+    del fused
 
 
 def _plain(ext) -> bool:
