@@ -39,9 +39,7 @@ import math
 import numpy as np
 
 from tvmgrad.dtypes import COMPLEX, FLOATS
-from tvmgrad.families.base import Plan
-from tvmgrad.families.signature import Buffer, Signature
-from tvmgrad.families.shape import AliasOp, alias_op, dt_of, load, shape_op, total, zero
+from tvmgrad.families.shape import alias_op, dt_of, load, shape_op, total, zero
 from tvmgrad.infer_meta import MetaError, norm_axes, norm_axis
 from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape
 from tvmgrad.lazy import te, tirx
@@ -183,30 +181,11 @@ def _scalar_size(storage: str) -> int:
     return 1 if storage == "bool" else np.dtype(_np_name(storage)).itemsize
 
 
-class _ViewDtypeOp(AliasOp):
-    """view_dtype_grad: a view of out_grad when the dtypes match (no kernel), else a kernel that
-    reinterprets the bytes (see the builder). Every tensor is seen flat: (elements,), plus the
-    trailing (re, im) pair of a complex dtype."""
-
-    def plan(self, call, outs):
-        op = call.op
-        _view_dtype_check(call, outs)
-        inp, g = call.meta("input"), call.meta("out_grad")
-        out = outs[0]
-        if inp.dtype == g.dtype:
-            return Plan(key=("alias", op, g.dtype.name), symbol=f"{op}_{g.dtype.name}_alias",
-                        make=None, args=(), aliases={"input_grad": ("out_grad", tuple(out.shape))})
-        ni, ng = math.prod(out.shape), math.prod(g.shape)
-        if ni == 0:
-            return Plan(key=("view_dtype", op, g.dtype.name, out.dtype.name, "empty"),
-                        symbol=f"{op}_{g.dtype.name}_{out.dtype.name}_empty", make=None, args=())
-        # every tensor flat: one size var of its own, (re, im) pairs after it
-        sig = Signature("view_dtype", op, g.dtype, (
-            Buffer("input", "out_grad", g.dtype, ("out_grad_n",), view=(ng,)),
-            Buffer("input", "input", out.dtype, ("input_n",), param=False),
-            Buffer("output", "input_grad", out.dtype, ("input_n",), view=(ni,))))
-        spec = call.spec
-        return sig.plan(lambda static: sig.build(self, spec, {"dtype": None}), pattern=self.pattern)
+def _flat_views(call, outs):
+    """Every tensor of view_dtype_grad seen flat, (elements,) (plus a complex dtype's (re, im) pair)."""
+    return {"out_grad": (math.prod(call.meta("out_grad").shape),),
+            "input": (math.prod(call.meta("input").shape),),
+            "input_grad": (math.prod(outs[0].shape),)}
 
 
 def _flat_scalar(t, j):
@@ -271,8 +250,9 @@ def view_dtype_grad(input, out_grad, dtype):
     return te.compute(shape, narrow, name="input_grad")
 
 
-view_dtype_grad = _ViewDtypeOp(view_dtype_grad, source="out_grad", shape_only=("input",),
-                               dtypes=VIEW_DTYPES)
+# a view of out_grad when the dtypes match (no kernel), else the kernel that reinterprets the bytes
+view_dtype_grad = alias_op(view_dtype_grad, source="out_grad", shape_only=("input",), dtypes=VIEW_DTYPES,
+                           validate=_view_dtype_check, views=_flat_views)
 
 
 def _np_name(tvm_dtype: str) -> str:
