@@ -581,7 +581,7 @@ def _foreign_arg(value, how, view, align: int | None):
     if fw == "torch":
         if value.requires_grad:
             value = value.detach()
-        if not value.isrt.is_contiguous():
+        if not value.is_contiguous():
             value = value.contiguous()
         if align and value.numel() and value.data_ptr() % align:
             value = value.clone()           # torch's allocator aligns to 512 bytes
@@ -590,7 +590,7 @@ def _foreign_arg(value, how, view, align: int | None):
         tensor = rt.to_tensor(value)
     else:
         tensor = rt.to_tensor(value)
-        if not tensor.isrt.is_contiguous():
+        if not tensor.is_contiguous():
             tensor = rt.to_tensor(rt.contiguous(value))
         if align and tensor.numel() and tensor.data_ptr() % align:
             fresh = rt.empty(tuple(tensor.shape), str(tensor.dtype), tensor.device)
