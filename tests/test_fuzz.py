@@ -133,6 +133,8 @@ ACCEPTS: dict[tuple[str, str], str] = {
     ("send_ue_recv_grad", "rank:y"): "edge features broadcast against node features",
     **{("send_uv_grad", f"rank:{n}"): "x and y features broadcast" for n in ("x", "y")},
     ("view_dtype_grad", "dtype:input"): "view_dtype reinterprets an input of any dtype",
+    ("view_dtype_grad", "dtype:out_grad"): "out_grad of another dtype of the same element size is "
+    "a valid view (Paddle's kernel ignores the dtype attribute, as test_shape checks)",
     ("partial_sum_grad", "drop:x[0]"): "a partial sum of fewer tensors has the same shape",
     ("scatter_nd_add_grad", "size:out_grad"): "out_grad gives x's shape: the index addresses only "
     "its leading dims, so a wider last dim is a valid call",
