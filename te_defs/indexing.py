@@ -175,7 +175,7 @@ def _gather_like(op, call, index_name="index", allow_2d=True):
     """(axis, M, N) of a gather-like call after checking shapes and index values; the axis is
     normalised; the index may be 0-d (the axis is dropped from out_grad), 1-d or (N, 1)."""
     x, idx, g = call.meta("x"), call.meta(index_name), call.meta("out_grad")
-    axis = norm_axis(int(call.attrs["axis"]), x.ndim, op=op, zero_d_axis=True)
+    axis = norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=op, zero_d_axis=True)
     if x.ndim == 0:
         raise OpError(f"{op}: x must have at least one dim")
     if not (idx.ndim <= 1 or (allow_2d and idx.ndim == 2 and idx.shape[1] == 1)):
@@ -184,10 +184,10 @@ def _gather_like(op, call, index_name="index", allow_2d=True):
     n = 1 if idx.ndim == 0 else idx.shape[0]
     want = x.shape[:axis] + ((n,) if idx.ndim else ()) + x.shape[axis + 1:]
     if g.shape != want:
-        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)} (x "
-                      f"{list(x.shape)} with axis {axis} indexed by {list(idx.shape)})")
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)} from x "
+                      f"{list(x.shape)}, axis {axis} and {index_name} {list(idx.shape)}")
     m = x.shape[axis]
-    check_range(op, index_name, host(call, index_name), -m, m, f"for axis {axis} of size {m} ")
+    check_range(op, index_name, host(call, index_name), -m, m, f"for axis {axis} of x (size {m}) ")
     return axis, m, n
 
 
@@ -236,9 +236,9 @@ def index_select_grad(x, index, out_grad, axis, ctx):
 def _index_add_view(call, metas, outs):
     op = call.op
     g, idx = call.meta("out_grad"), call.meta("index")
-    axis = norm_axis(int(call.attrs["axis"]), g.ndim, op=op, zero_d_axis=True)
+    axis = norm_axis(int(call.attrs["axis"]), g.ndim, of="out_grad", op=op, zero_d_axis=True)
     m = g.shape[axis]
-    check_range(op, "index", host(call, "index"), -m, m, f"for axis {axis} of size {m} ")
+    check_range(op, "index", host(call, "index"), -m, m, f"for axis {axis} of out_grad (size {m}) ")
     outer, _, inner = split_axis(g.shape, axis)
     n = idx.shape[0] if idx.ndim else 1
     tail = (inner,) if inner != 1 else ()
@@ -294,12 +294,13 @@ def index_sample_grad(x, index, out_grad, ctx):
 def _strided_view(call, metas, outs):
     op = call.op
     x, g = call.meta("x"), call.meta("out_grad")
-    axis = norm_axis(int(call.attrs["axis"]), x.ndim, op=op, zero_d_axis=True)
+    axis = norm_axis(int(call.attrs["axis"]), x.ndim, of="x", op=op, zero_d_axis=True)
     if x.ndim == 0:
         raise OpError(f"{op}: x must have at least one dim")
     want = x.shape[:axis] + x.shape[axis + 1:]
     if g.shape != want:
-        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(want)} (x "
+                      f"{list(x.shape)} without axis {axis})")
     m = x.shape[axis]
     index = int(call.attrs["index"])
     if not 0 <= index < m:
@@ -336,7 +337,7 @@ def _multiplex_view(call, metas, outs):
             raise OpError(f"{op}: inputs[{i}] has shape {list(m.shape)}, expected out_grad's "
                           f"{list(g.shape)}")
     check_range(op, "index", host(call, "index"), 0, len(ins),
-                f"for {len(ins)} candidate tensors ")
+                f"for the {len(ins)} tensors of inputs ")
     rows = g.shape[0]
     rest = math.prod(g.shape[1:])
     return ({"inputs": [(rows, rest)] * len(ins), "inputs_grad": [(rows, rest)] * len(ins),
@@ -374,8 +375,9 @@ def _where_view(call, metas, outs):
     except MetaError as exc:
         raise OpError(f"{op}: {exc}") from None
     if g.shape != full:
-        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected the broadcast shape "
-                      f"{list(full)}")
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected {list(full)}, the "
+                      f"broadcast of condition {list(c.shape)}, x {list(x.shape)} and y "
+                      f"{list(y.shape)}")
     rank = len(full)
     views = {n: _aligned(call.meta(n).shape, rank) for n in ("condition", "x", "y")}
     views.update(x_grad=views["x"], y_grad=views["y"])
@@ -460,10 +462,10 @@ def _take_view(call, metas, outs):
     arr, idx, g = call.meta("arr"), call.meta("indices"), call.meta("out_grad")
     if arr.ndim == 0:
         raise OpError(f"{op}: arr must have at least one dim")
-    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, op=op, zero_d_axis=True)
+    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, of="arr", op=op, zero_d_axis=True)
     _along_shapes(op, arr, idx, g, axis)
     m = arr.shape[axis]
-    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
+    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of arr (size {m}) ")
     return along_view(("indices", "out_grad"), ("arr", "arr_grad"), arr.shape, idx.shape, axis)
 
 
@@ -526,7 +528,7 @@ def _put_view(call, metas, outs):
     arr, idx, val, out, g = (call.meta(n) for n in ("arr", "indices", "values", "out", "out_grad"))
     if arr.ndim == 0:
         raise OpError(f"{op}: arr must have at least one dim")
-    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, op=op, zero_d_axis=True)
+    axis = norm_axis(int(call.attrs["axis"]), arr.ndim, of="arr", op=op, zero_d_axis=True)
     _along_shapes(op, arr, idx, None, axis)
     if val.shape != idx.shape:
         raise OpError(f"{op}: values has shape {list(val.shape)}, expected indices' "
@@ -538,7 +540,7 @@ def _put_view(call, metas, outs):
         raise OpError(f"{op}: attribute 'reduce' is {call.attrs['reduce']!r}; expected one of "
                       f"{', '.join(_PUT_REDUCE)}")
     m = arr.shape[axis]
-    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of size {m} ")
+    check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of arr (size {m}) ")
     _put_int_check(call, axis)
     views, variant = along_view(("indices", "values", "values_grad"),
                                 ("arr", "out", "out_grad", "arr_grad"), arr.shape, idx.shape, axis)
@@ -725,26 +727,27 @@ def copy_zeroing(g, dt, name, n, R, lead, inputs):
     return res
 
 
-def _nd_check(op, call, target, index_name="index"):
+def _nd_check(op, call, target, target_name, index_name="index"):
     """(k, B, R, lead dims) of a gather_nd-like index over ``target``'s shape; checks values."""
     idx = call.meta(index_name)
     if idx.ndim == 0:
         raise OpError(f"{op}: {index_name} must have at least one dim")
     k = idx.shape[-1]
     if k > len(target):
-        raise OpError(f"{op}: {index_name}'s last dim ({k}) exceeds the rank {len(target)}")
+        raise OpError(f"{op}: {index_name}'s last dim ({k}) exceeds the rank {len(target)} of "
+                      f"{target_name}")
     values = host(call, index_name)
     values = values.reshape(-1, k) if values is not None and k else None
     for j in range(k):
         check_range(op, index_name, None if values is None else values[:, j], -target[j], target[j],
-                    f"in column {j} (dim {j} of size {target[j]}) ")
+                    f"in column {j} (dim {j} of {target_name}, size {target[j]}) ")
     return k, math.prod(idx.shape[:-1]), math.prod(target[k:]), tuple(target[:k])
 
 
 def _gather_nd_view(call, metas, outs):
     op = call.op
     x = call.meta("x")
-    k, b, r, lead = _nd_check(op, call, x.shape)
+    k, b, r, lead = _nd_check(op, call, x.shape, "x")
     return ({"x": lead + (r,), "x_grad": lead + (r,), "index": (b, k), "out_grad": (b, r)}, ())
 
 
@@ -768,7 +771,7 @@ def gather_nd_grad(x, index, out_grad, ctx):
 def _scatter_nd_view(call, metas, outs):
     op = call.op
     g = call.meta("out_grad")
-    k, b, r, lead = _nd_check(op, call, g.shape)
+    k, b, r, lead = _nd_check(op, call, g.shape, "out_grad")
     return ({"out_grad": lead + (r,), "index": (b, k), "updates": (b, r),
              "updates_grad": (b, r)}, ())
 
@@ -796,9 +799,10 @@ def _scatter_view(call, metas, outs):
     n = idx.shape[0] if idx.ndim else 1
     want = ((n,) if idx.ndim else ()) + g.shape[1:]
     if up.shape != want:
-        raise OpError(f"{op}: updates has shape {list(up.shape)}, expected {list(want)}")
+        raise OpError(f"{op}: updates has shape {list(up.shape)}, expected {list(want)} from "
+                      f"index {list(idx.shape)} and out_grad {list(g.shape)}")
     m = g.shape[0]
-    check_range(op, "index", host(call, "index"), -m, m, f"for dim 0 of size {m} ")
+    check_range(op, "index", host(call, "index"), -m, m, f"for dim 0 of out_grad (size {m}) ")
     r = math.prod(g.shape[1:])
     return ({"out_grad": (m, r), "x_grad": (m, r), "index": (n,), "updates": (n, r),
              "updates_grad": (n, r)}, ())
@@ -972,14 +976,16 @@ _REDUCE_OPS = ("SUM", "MEAN", "MIN", "MAX")
 _MESSAGE_OPS = ("ADD", "MUL")
 
 
-def _graph_edges(op, call, n_src, n_dst):
+def _graph_edges(op, call, n_src, n_dst, dst_of="out_grad"):
+    """The edge count; src_index must address x's rows (n_src), dst_index ``dst_of``'s (n_dst)."""
     src, dst = call.meta("src_index"), call.meta("dst_index")
     if src.ndim != 1 or dst.ndim != 1 or src.shape != dst.shape:
         raise OpError(f"{op}: src_index and dst_index must be 1-d of one length, got "
                       f"{list(src.shape)} and {list(dst.shape)}")
-    check_range(op, "src_index", host(call, "src_index"), 0, n_src, f"for {n_src} source nodes ")
+    check_range(op, "src_index", host(call, "src_index"), 0, n_src,
+                f"for the {n_src} source nodes (rows of x) ")
     check_range(op, "dst_index", host(call, "dst_index"), 0, n_dst,
-                f"for {n_dst} destination nodes ")
+                f"for the {n_dst} destination nodes (rows of {dst_of}) ")
     return src.shape[0]
 
 
@@ -1035,7 +1041,7 @@ def _send_u_recv_view(call, metas, outs):
         raise OpError(f"{op}: x must have at least one dim")
     if g.ndim == 0 or g.shape[1:] != x.shape[1:]:
         raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [M] + "
-                      f"{list(x.shape[1:])}")
+                      f"{list(x.shape[1:])} (x's feature dims, x {list(x.shape)})")
     _graph_edges(op, call, x.shape[0], g.shape[0])
     _reduce_inputs(op, call, red, g.shape)
     f = math.prod(x.shape[1:])
@@ -1086,7 +1092,8 @@ def _send_ue_recv_view(call, metas, outs):
         raise OpError(f"{op}: x, y and out_grad must have at least one dim")
     feats = _bcast_or_fail(op, [x.shape[1:], y.shape[1:]], ["x features", "y features"])
     if g.shape[1:] != feats:
-        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [M] + {list(feats)}")
+        raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [M] + {list(feats)} "
+                      f"(the feature dims of x {list(x.shape)} and y {list(y.shape)} broadcast)")
     e = _graph_edges(op, call, x.shape[0], g.shape[0])
     if y.shape[0] != e:
         raise OpError(f"{op}: y has {y.shape[0]} rows, expected one per edge ({e})")
@@ -1142,7 +1149,7 @@ def _send_uv_view(call, metas, outs):
     if x.ndim == 0 or y.ndim == 0 or g.ndim == 0:
         raise OpError(f"{op}: x, y and out_grad must have at least one dim")
     feats = _bcast_or_fail(op, [x.shape[1:], y.shape[1:]], ["x features", "y features"])
-    e = _graph_edges(op, call, x.shape[0], y.shape[0])
+    e = _graph_edges(op, call, x.shape[0], y.shape[0], dst_of="y")
     if g.shape != (e,) + tuple(feats):
         raise OpError(f"{op}: out_grad has shape {list(g.shape)}, expected [{e}] + {list(feats)}")
     views, masks = _feature_view([(("x", "x_grad"), x.shape), (("y", "y_grad"), y.shape)], feats)
@@ -1317,7 +1324,8 @@ def _masked_view(call, metas, outs):
         raise OpError(f"{op}: out_grad must be 1-d, got shape {list(g.shape)}")
     count = int(np.count_nonzero(np.broadcast_to(host(call, "mask"), full)))
     if count != g.shape[0]:
-        raise OpError(f"{op}: mask selects {count} elements but out_grad has {g.shape[0]}")
+        raise OpError(f"{op}: mask selects {count} elements but out_grad has {g.shape[0]} (x "
+                      f"{list(x.shape)} broadcast with mask {list(mask.shape)})")
     rank = len(full)
     xv, mv = _aligned(x.shape, rank), _aligned(mask.shape, rank)
     masks = (tuple(a != b for a, b in zip(xv, full)), tuple(a != b for a, b in zip(mv, full)))

@@ -731,7 +731,29 @@ def _solve_core(call, outs):
     return {"x": _SQ, "y": m, "out": m, "out_grad": m, "x_grad": _SQ, "y_grad": m}
 
 
-@linalg_op(dtypes=REAL_DTYPES, core=_solve_core, extra=lambda call, outs: (_solve_vector(call),), bcast=_XY)
+def _solve_check(call, outs):
+    """out and out_grad have the forward's output shape (Paddle's SolveInferMeta): the batch dims
+    of x and y broadcast, then y's core dims (a vector y: x's n)."""
+    from tvmgrad.infer_meta import MetaError, broadcast_shapes
+    x, y = call.meta("x"), call.meta("y")
+    if x.ndim < 2 or y.ndim < 1:
+        return                              # (the family names the short tensor)
+    vector = _solve_vector(call)
+    core = x.shape[-1:] if vector else y.shape[-2:]
+    try:
+        batch = broadcast_shapes(x.shape[:-2], y.shape[:-1] if vector else y.shape[:-2])
+    except MetaError:
+        return                              # (the family reports the batch dims)
+    want = tuple(batch) + tuple(core)
+    for n in ("out", "out_grad"):
+        m = call.meta(n)
+        if tuple(m.shape) != want:
+            raise ValueError(f"{call.op}: {n!r} has shape {list(m.shape)}, expected {list(want)} "
+                             f"(the solution of x {list(x.shape)} and y {list(y.shape)})")
+
+
+@linalg_op(dtypes=REAL_DTYPES, core=_solve_core, extra=lambda call, outs: (_solve_vector(call),), bcast=_XY,
+           check=_solve_check)
 def solve_grad(x, y, out, out_grad, ctx):
     """out = x^{-1} y:  y_grad = x^{-T} out_grad (LU solve),  x_grad = -y_grad · out^T, each
     summed over the batch dims it was broadcast along; y may be a vector or a batch of vectors

@@ -41,7 +41,7 @@ import numpy as np
 from tvmgrad.dtypes import COMPLEX, FLOATS
 from tvmgrad.families.shape import alias_op, dt_of, load, shape_op, total, zero
 from tvmgrad.infer_meta import MetaError, norm_axes, norm_axis
-from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape
+from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape, unsqueeze_shape
 from tvmgrad.lazy import te, tirx
 
 
@@ -97,15 +97,31 @@ def flatten_grad(xshape, out_grad):
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
+def _reshaped_check(fn, verb):
+    """Validation of a squeeze/unsqueeze grad: out_grad must be xshape ``fn``-ed at ``axis`` (the
+    forward's output), which also checks every axis against xshape's rank."""
+    def check(call, outs):
+        x = outs[0].shape                   # x's shape as xshape carries it (KernelWithXShapeInferMeta)
+        g, axis = call.meta("out_grad"), list(call.attrs["axis"])
+        want = _run(call, fn, x, axis, "xshape")
+        if tuple(g.shape) != tuple(want):
+            raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}: "
+                             f"x {list(x)} (from xshape {list(call.meta('xshape').shape)}) {verb} at "
+                             f"axis {axis}")
+    return check
+
+
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL,
+          validate=_reshaped_check(squeeze_shape, "squeezed"))
 def squeeze_grad(xshape, out_grad, axis):
-    """x_grad = out_grad reshaped to x's shape (``axis`` is not needed)."""
+    """x_grad = out_grad reshaped to x's shape (``axis`` only checks out_grad's shape)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL,
+          validate=_reshaped_check(unsqueeze_shape, "unsqueezed"))
 def unsqueeze_grad(xshape, out_grad, axis):
-    """x_grad = out_grad reshaped to x's shape (``axis`` is not needed)."""
+    """x_grad = out_grad reshaped to x's shape (``axis`` only checks out_grad's shape)."""
     return _copy(out_grad, xshape)
 
 
@@ -133,6 +149,15 @@ def _view_shape_check(call, outs):
     if math.prod(inp.shape) != math.prod(g.shape):
         raise ValueError(f"{call.op}: out_grad of shape {list(g.shape)} cannot be viewed as input's "
                          f"shape {list(inp.shape)}")
+    dims = [int(d) for d in call.attrs["dims"]]
+    # the forward's view: each dim as given, one -1 inferred, a 0 copying input's dim (Paddle's
+    # ValidateShape); out_grad has that shape
+    fits = (len(dims) == g.ndim and dims.count(-1) <= 1
+            and all(d == n or d == -1 or d == 0 and i < inp.ndim and inp.shape[i] == n
+                    for i, (d, n) in enumerate(zip(dims, g.shape))))
+    if not fits:
+        raise ValueError(f"{call.op}: attribute 'dims' = {dims} does not give out_grad's shape "
+                         f"{list(g.shape)} (the forward viewed input {list(inp.shape)} as dims)")
 
 
 @alias_op(source="out_grad", shape_only=("input",), validate=_view_shape_check, dtypes=ALL)
@@ -282,13 +307,13 @@ def _flip_views(shape, axes):
 def _flip_plan(name_in, name_out, unique):
     def views(call, outs):
         x = call.meta(name_in)
-        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, op=call.op))
+        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, of=name_in, op=call.op))
         view, _ = _flip_views(x.shape, axes)
         return {name_in: view, name_out: view}
 
     def canon(call, outs):
         x = call.meta(name_in)
-        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, op=call.op))
+        axes = set(norm_axes(call.attrs["axis"], x.ndim, unique=unique, of=name_in, op=call.op))
         return {"axis": _flip_views(x.shape, axes)[1]}
     return views, canon
 
@@ -338,7 +363,7 @@ def _roll_parts(call):
                          f"the same length")
     total_shift = [0] * g.ndim
     for s, a in zip(shifts, axis):
-        d = norm_axis(int(a), g.ndim, op=call.op)
+        d = norm_axis(int(a), g.ndim, of="out_grad", op=call.op)
         total_shift[d] += s
     rolled = [t % g.shape[d] != 0 if g.shape[d] else False for d, t in enumerate(total_shift)]
     view, flags, values = [], [], []
@@ -622,8 +647,8 @@ def _diagonal_parts(call):
     x = call.meta("x")
     if x.ndim < 2:
         raise ValueError(f"{call.op}: x has rank {x.ndim}; diagonal needs rank >= 2")
-    a1 = norm_axis(int(call.attrs["axis1"]), x.ndim, "axis1", op=call.op)
-    a2 = norm_axis(int(call.attrs["axis2"]), x.ndim, "axis2", op=call.op)
+    a1 = norm_axis(int(call.attrs["axis1"]), x.ndim, "axis1", of="x", op=call.op)
+    a2 = norm_axis(int(call.attrs["axis2"]), x.ndim, "axis2", of="x", op=call.op)
     if a1 == a2:
         raise ValueError(f"{call.op}: attributes 'axis1' and 'axis2' name the same dim {a1}")
     return x, a1, a2
@@ -637,7 +662,8 @@ def _diagonal_check(call, outs):
     want = tuple(n for d, n in enumerate(x.shape) if d not in (a1, a2)) + (length,)
     g = call.meta("out_grad")
     if g.shape != want:
-        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)} for "
+                         f"x {list(x.shape)} with offset {k}, axis1 {a1} and axis2 {a2}")
 
 
 @shape_op(runtime=("offset",), validate=_diagonal_check, dtypes=ALL,
@@ -698,8 +724,8 @@ def fill_diagonal_grad(out_grad, value, offset, wrap):
 
 def _fdt_canon(call, outs):
     g = call.meta("out_grad")
-    return {"dim1": norm_axis(int(call.attrs["dim1"]), g.ndim, "dim1"),
-            "dim2": norm_axis(int(call.attrs["dim2"]), g.ndim, "dim2")}
+    return {"dim1": norm_axis(int(call.attrs["dim1"]), g.ndim, "dim1", of="out_grad", op=call.op),
+            "dim2": norm_axis(int(call.attrs["dim2"]), g.ndim, "dim2", of="out_grad", op=call.op)}
 
 
 @shape_op(runtime=("offset",), canon=_fdt_canon, dtypes=ALL)
@@ -714,7 +740,7 @@ def fill_diagonal_tensor_grad(out_grad, offset, dim1, dim2):
 # ------------------------------------------------------------------------------------------
 # fold / unfold (im2col and col2im)
 
-def _conv_attrs(call, spatial, pads=None):
+def _conv_attrs(call, spatial, pads=None, spatial_of="x"):
     """(kernel, strides, pads [top, left, bottom, right], dilations) as validated int tuples and
     the block grid (bh, bw) for a spatial size (h, w)."""
     a = call.attrs
@@ -733,8 +759,8 @@ def _conv_attrs(call, spatial, pads=None):
         span = spatial[ax] + p[ax] + p[ax + 2] - (d[ax] * (k[ax] - 1) + 1)
         if span < 0:
             raise ValueError(f"{call.op}: the kernel (kernel_sizes {list(k)}, dilations "
-                             f"{list(d)}) does not fit the padded input of spatial size "
-                             f"{list(spatial)}")
+                             f"{list(d)}) does not fit the padded input of spatial size {list(spatial)} "
+                             f"({spatial_of}) with paddings {list(p)}")
         grid.append(span // s[ax] + 1)
     return k, s, p, d, tuple(grid)
 
@@ -746,19 +772,24 @@ def _fold_parts(call):
     out_sizes = tuple(call.attrs["output_sizes"])
     if len(out_sizes) != 2:
         raise ValueError(f"{call.op}: attribute 'output_sizes' = {list(out_sizes)} must have 2 ints")
+    if any(e <= 0 for e in out_sizes):
+        raise ValueError(f"{call.op}: attribute 'output_sizes' = {list(out_sizes)} must be positive")
     # Paddle's fold pads symmetrically by paddings[0] (height) and paddings[1] (width) whatever the
     # other two say (FoldInferMeta and its im2col); fold_grad follows it
     pads = tuple(call.attrs["paddings"])
-    k, s, p, d, grid = _conv_attrs(call, out_sizes, pads[:2] * 2 if len(pads) == 4 else None)
+    k, s, p, d, grid = _conv_attrs(call, out_sizes, pads[:2] * 2 if len(pads) == 4 else None,
+                                   "output_sizes")
     n, ckk, length = x.shape
     if ckk % (k[0] * k[1]) or length != grid[0] * grid[1]:
         raise ValueError(f"{call.op}: x of shape {list(x.shape)} does not match kernel_sizes "
-                         f"{list(k)} and {grid[0]}x{grid[1]} blocks of output_sizes "
-                         f"{list(out_sizes)}")
+                         f"{list(k)} and the {grid[0]}x{grid[1]} blocks of output_sizes "
+                         f"{list(out_sizes)} (strides {list(s)}, paddings {list(pads)}, dilations "
+                         f"{list(d)})")
     c = ckk // (k[0] * k[1])
     if g.shape != (n, c) + out_sizes:
         raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected "
-                         f"{[n, c, *out_sizes]}")
+                         f"{[n, c, *out_sizes]} from x {list(x.shape)}, kernel_sizes {list(k)} and "
+                         f"output_sizes {list(out_sizes)}")
     return (n, c, k[0], k[1], grid[0], grid[1]), s, p, d
 
 
@@ -795,7 +826,9 @@ def _unfold_parts(call):
     n, c = x.shape[:2]
     want = (n, c * k[0] * k[1], grid[0] * grid[1])
     if g.shape != want:
-        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)} for "
+                         f"x {list(x.shape)} with kernel_sizes {list(k)}, strides {list(s)}, "
+                         f"paddings {list(call.attrs['paddings'])} and dilations {list(d)}")
     return (n, c, k[0], k[1], grid[0], grid[1]), s, p, d
 
 
@@ -884,7 +917,9 @@ def _frame_parts(call):
         batch = math.prod(x.shape[1:])
         views = {"x": (seq, batch), "x_grad": (seq, batch), "out_grad": (nf, length, batch)}
     if g.shape != want:
-        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)} for "
+                         f"x {list(x.shape)} with frame_length {length}, hop_length {hop} and axis "
+                         f"{axis}")
     return views, axis
 
 
@@ -915,7 +950,7 @@ def _unfold_t_parts(call):
     size, step = int(a["size"]), int(a["step"])
     if x.ndim == 0:
         raise ValueError(f"{call.op}: input is 0-D; tensor_unfold needs a tensor of rank >= 1")
-    axis = norm_axis(int(a["axis"]), x.ndim, op=call.op)
+    axis = norm_axis(int(a["axis"]), x.ndim, of="input", op=call.op)
     n = x.shape[axis]
     if step <= 0:
         raise ValueError(f"{call.op}: attribute 'step' = {step} must be positive")
@@ -925,7 +960,8 @@ def _unfold_t_parts(call):
     nf = (n - size) // step + 1
     want = x.shape[:axis] + (nf,) + x.shape[axis + 1:] + (size,)
     if g.shape != want:
-        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)}")
+        raise ValueError(f"{call.op}: out_grad has shape {list(g.shape)}, expected {list(want)} for "
+                         f"input {list(x.shape)} with axis {axis}, size {size} and step {step}")
     pre, post = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
     return {"input": (pre, n, post), "input_grad": (pre, n, post),
             "out_grad": (pre, nf, post, size)}

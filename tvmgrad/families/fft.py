@@ -88,6 +88,10 @@ class FFTOp(OpImpl):
             if not x.dtype.is_float:
                 raise TypeError(f"{op}: input 'x' has dtype {x.dtype.name}; it must be a float dtype "
                                 f"(x_grad gets it)")
+            if _CPLX.get(x.dtype.name) != g.dtype.name:
+                raise TypeError(f"{op}: input 'x' has dtype {x.dtype.name} but out_grad has "
+                                f"{g.dtype.name}; they must be of one precision (float16, "
+                                f"bfloat16 and float32 go with complex64, float64 with complex128)")
             return tuple(x.shape)
         if self.kind == "c2r":
             if attrs["last_dim_size"] > 0 and g.shape[axes[-1]] != attrs["last_dim_size"]:

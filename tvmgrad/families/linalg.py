@@ -93,6 +93,7 @@ class LinalgOp(TensorOp):
         """(symbol -> size, name -> batch dims): each tensor's core dims checked against its
         template and the other tensors' sizes of the same symbols."""
         sizes: dict[str, int] = {}
+        origin: dict[str, str] = {}             # symbol -> the tensor that set its size
         batches = {}
         for n in names:
             shape, c = tuple(every[n].shape), core[n]
@@ -103,9 +104,12 @@ class LinalgOp(TensorOp):
             where = list(range(nl)) + list(range(len(shape) - nt, len(shape)))
             for sym, d, at in zip(c.lead + c.trail, shape[:nl] + shape[len(shape) - nt:], where):
                 if isinstance(sym, str):
+                    origin.setdefault(sym, n)
                     if sizes.setdefault(sym, d) != d:
+                        o = origin[sym]
                         raise ValueError(f"{op}: {n!r} has shape {list(shape)}, which does not match "
-                                         f"the other inputs (dim {sym} is {sizes[sym]} elsewhere)")
+                                         f"{o!r} of shape {list(every[o].shape)} (dim {sym} is "
+                                         f"{sizes[sym]} in {o!r}, {d} in {n!r})")
                 elif sym != d:
                     raise ValueError(f"{op}: {n!r} has shape {list(shape)}; its dim {at} must be "
                                      f"{sym}, got {d}")

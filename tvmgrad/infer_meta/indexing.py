@@ -36,7 +36,8 @@ def _check_nd(index, x, x_name, rows, rows_name):
     want = index.shape[:-1] + x.shape[k:]
     if rows.shape != want:
         raise MetaError(f"{rows_name} has shape {list(rows.shape)}, expected {list(want)} "
-                        f"(index.shape[:-1] + x.shape[{k}:])")
+                        f"(index.shape[:-1] + {x_name}.shape[{k}:], index {list(index.shape)}, "
+                        f"{x_name} {list(x.shape)})")
 
 
 @register
@@ -60,8 +61,8 @@ def IndexAddGradInferMeta(index, add_value, out_grad, axis):
     n = index.shape[0] if index.ndim else 1
     want = g.shape[:a] + (n,) + g.shape[a + 1:]
     if v.shape != want:
-        raise MetaError(f"add_value has shape {list(v.shape)}, expected {list(want)} (out_grad "
-                        f"{list(g.shape)} with axis {a} indexed by {list(index.shape)})")
+        raise MetaError(f"add_value has shape {list(v.shape)}, expected {list(want)} from "
+                        f"out_grad {list(g.shape)}, axis {a} and index {list(index.shape)}")
     return g, _like(v, g)
 
 

@@ -121,7 +121,8 @@ def EigvalshGradInferMeta(eigenvectors, eigenvalues_grad, uplo, is_test):
     v, g = _need(eigenvectors, "eigenvectors"), _need(eigenvalues_grad, "eigenvalues_grad")
     _matrix(v, "eigenvectors", square=True)
     if tuple(g.shape) != tuple(v.shape[:-1]):
-        raise MetaError(f"eigenvalues_grad has shape {list(g.shape)}, expected {list(v.shape[:-1])}")
+        raise MetaError(f"eigenvalues_grad has shape {list(g.shape)}, expected {list(v.shape[:-1])} "
+                        f"(eigenvectors {list(v.shape)} without its last dim)")
     if g.dtype.name != to_real(v.dtype.name):
         raise MetaError(f"eigenvalues_grad has dtype {g.dtype.name}; for eigenvectors of dtype "
                         f"{v.dtype.name} it must be {to_real(v.dtype.name)}")
@@ -162,19 +163,22 @@ def LUUnpackGradInferMeta(x, pivots, l, u, pmat, l_grad, u_grad, unpack_ludata, 
                               ("l", l, batch + (m, k)), ("u", u, batch + (k, n))):
         meta = _need(meta, name)
         if tuple(meta.shape) != shape:
-            raise MetaError(f"{name} has shape {list(meta.shape)}, expected {list(shape)}")
+            raise MetaError(f"{name} has shape {list(meta.shape)}, expected {list(shape)} from x "
+                            f"{list(x.shape)}")
         _same_dtype(x, meta, "x", name)
     # (the op's argument is y: the caller renames this function's parameters in messages)
     p = _need(pivots, "pivots")
     if p.dtype.name not in ("int32", "int64"):
         raise MetaError(f"pivots has dtype {p.dtype.name}; it must be int32 or int64")
     if tuple(p.shape) != batch + (k,):
-        raise MetaError(f"pivots has shape {list(p.shape)}, expected {list(batch + (k,))}")
+        raise MetaError(f"pivots has shape {list(p.shape)}, expected {list(batch + (k,))} from x "
+                        f"{list(x.shape)}")
     pm = _need(pmat, "pmat")
     full = batch + (m, m)
     if unpack_pivots:
         if tuple(pm.shape) != full:
-            raise MetaError(f"pmat has shape {list(pm.shape)}, expected {list(full)}")
+            raise MetaError(f"pmat has shape {list(pm.shape)}, expected {list(full)} from x "
+                            f"{list(x.shape)}")
         _same_dtype(x, pm, "x", "pmat")
     elif tuple(pm.shape) != full and 0 not in tuple(pm.shape):
         raise MetaError(f"pmat has shape {list(pm.shape)}; with unpack_pivots=False it is the "
@@ -191,10 +195,11 @@ def FFTC2RGradInferMeta(out_grad, axes, normalization, forward, last_dim_size):
     out_grad's size there), complex."""
     g = _need(out_grad, "out_grad")
     if not axes:
-        raise MetaError("axes must not be empty")
+        raise MetaError("attribute 'axes' must not be empty")
     ax = axes[-1] + g.ndim if axes[-1] < 0 else axes[-1]
     if not 0 <= ax < g.ndim:
-        raise MetaError(f"axis {axes[-1]} is out of range for out_grad of rank {g.ndim}")
+        raise MetaError(f"attribute 'axes' = {list(axes)}: axis {axes[-1]} is out of range for "
+                        f"out_grad of rank {g.ndim}")
     if last_dim_size < 0:
         raise MetaError(f"attribute 'last_dim_size' is {last_dim_size}; it must be >= 0 (0: out_grad's "
                         f"size along the last axis)")

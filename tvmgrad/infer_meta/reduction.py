@@ -159,7 +159,7 @@ def GumbelSoftmaxGradInferMeta(out, out_grad, axis):
     """x_grad: out_grad (out and out_grad must agree)."""
     out, out_grad = _need(out, "out"), _need(out_grad, "out_grad")
     _same_shape(out, out_grad, "out", "out_grad")
-    norm_axis(axis, out.ndim, zero_d_axis=True)
+    norm_axis(axis, out.ndim, of="out", zero_d_axis=True)
     return (out_grad,)
 
 
@@ -187,7 +187,7 @@ def CrossEntropyWithSoftmaxGradInferMeta(label, softmax, loss_grad, soft_label, 
     rank = softmax.ndim
     if rank == 0:
         raise MetaError("input 'softmax' must have rank >= 1")
-    ax = norm_axis(axis, rank, zero_d_axis=True)
+    ax = norm_axis(axis, rank, of="softmax", zero_d_axis=True)
     expect = list(softmax.shape)
     expect[ax] = 1
     if soft_label:

@@ -217,20 +217,21 @@ def ReverseInferMeta(x, axis):
     return (x,)
 
 
-def squeeze_shape(shape: tuple[int, ...], axes) -> tuple[int, ...]:
-    """Paddle's squeeze: the size-1 dims among ``axes`` go (all size-1 dims when empty)."""
+def squeeze_shape(shape: tuple[int, ...], axes, of: str = "x") -> tuple[int, ...]:
+    """Paddle's squeeze: the size-1 dims among ``axes`` of the tensor ``of`` go (all size-1 dims
+    when empty)."""
     rank = len(shape)
     if len(axes) == 0:
         return tuple(d for d in shape if d != 1)
     drop = set()
     for a in axes:
-        ax = norm_axis(int(a), rank, zero_d_axis=True)
+        ax = norm_axis(int(a), rank, of=of, zero_d_axis=True)
         if rank and shape[ax] == 1:
             drop.add(ax)
     return tuple(d for i, d in enumerate(shape) if i not in drop)
 
 
-def unsqueeze_shape(shape: tuple[int, ...], axes) -> tuple[int, ...]:
+def unsqueeze_shape(shape: tuple[int, ...], axes, of: str = "x") -> tuple[int, ...]:
     """Paddle's unsqueeze (GetUnsqueezeShape): the new dims are inserted one by one, each axis
     relative to the rank reached so far."""
     rank = len(shape)
@@ -242,7 +243,7 @@ def unsqueeze_shape(shape: tuple[int, ...], axes) -> tuple[int, ...]:
         pos = a + cur + 1 if a < 0 else a
         if not 0 <= pos <= cur:
             raise MetaError(f"attribute 'axis' = {list(axes)}: axis {a} is out of range "
-                            f"[{-cur - 1}, {cur}]")
+                            f"[{-cur - 1}, {cur}] (inserting into {of} of rank {rank})")
         for i in range(cur, pos - 1, -1):
             if marks[i] == 1:
                 marks[i + 1], marks[i] = 1, 0
