@@ -4,9 +4,10 @@ scatter of the cotangent into the forward's indices).
 Every scan runs ``indexing.blocked_scan``: chunks of about sqrt(n) elements reduce in parallel,
 each column scans its chunk totals, then every chunk rescans from its carry. One kernel serves
 every rank and axis (tensors are viewed as (outer, n[, inner])); ``flatten`` views the tensor as
-one row. The schedules are ``annotated_loops`` (as the indexing grads'). Integer data (where Paddle registers
-it) scans and scatters in its own dtype, wrapping as Paddle's (sums and products are exact modulo
-2^bits in any order, so the blocked scan matches Paddle's serial loop).
+one row. The schedules are ``annotated_loops`` (as the indexing grads').
+
+Integer data (where Paddle registers it) scans and scatters in its own dtype, wrapping as Paddle's
+(sums and products are exact modulo 2^bits in any order: the blocked scan matches Paddle's loop).
 """
 
 from __future__ import annotations

@@ -205,9 +205,10 @@ def _unlin(index, dims):
 def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
     """Per median (the reduced dims flattened in order, medians: their indices, -1 when every
     element is NaN), as Paddle 3.3.1's CPU kernel: with v the median value (the average of the
-    two middles for avg, NaN for -1), if ``axis`` names one dim and mode is min, x_grad[m] =
-    out_grad; otherwise out_grad is split evenly over the elements equal to v (NaN matching
-    NaN), or, when none is (avg of two different middles), halved between the two indices."""
+    two middles for avg, truncated for integers; NaN for -1, which no integer matches), if
+    ``axis`` names one dim and mode is min, x_grad[m] = out_grad; otherwise out_grad is split
+    evenly over the elements equal to v (NaN matching NaN), or, when none is (avg of two
+    different middles), halved between the two indices (integer shares truncated)."""
     dt = dt_of(out_grad)
     axes, mode_, evenly = ctx.info.variant
     rank = len(x.shape)
