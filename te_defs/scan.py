@@ -5,13 +5,16 @@ Every scan runs ``indexing.blocked_scan``: chunks of about sqrt(n) elements redu
 each column scans its chunk totals, then every chunk rescans from its carry. One kernel serves
 every rank and axis (tensors are viewed as (outer, n[, inner])); ``flatten`` views the tensor as
 one row. The schedules are ``annotated_loops`` (as the indexing grads').
+
+Integer data (where Paddle registers it) scans and scatters in its own dtype, wrapping as Paddle's
+(sums and products are exact modulo 2^bits in any order: the blocked scan matches Paddle's loop).
 """
 
 from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import ALL_INTS, COMPLEX, FLOATS, INTS
 from tvmgrad.families.base import OpError
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.shape import dt_of
@@ -25,6 +28,7 @@ from tvmgrad.families.index import index_op
 from .indexing import blocked_scan, scan_host, scatter_along
 
 CPLX = FLOATS + COMPLEX
+MAXMIN_DTYPES = FLOATS + INTS
 
 PATTERN = "annotated_loops"
 
@@ -76,7 +80,7 @@ def logaddexp(a, b):
 # cumsum
 
 @index_op(view=_scan_view(("out_grad",)), code_attrs=("exclusive", "reverse"), pattern=PATTERN,
-          host_scalars=scan_host("out_grad"), dtypes=CPLX)
+          host_scalars=scan_host("out_grad"), dtypes=CPLX + ALL_INTS)
 def cumsum_grad(x, out_grad, axis, flatten, exclusive, reverse, ctx):
     """x_grad = cumsum(out_grad) in the opposite direction (same exclusive; flatten: over the
     flattened tensor, reshaped back; complex: the (re, im) pair is one more column)."""
@@ -138,7 +142,7 @@ def logcumsumexp_grad(x, out, out_grad, axis, flatten, exclusive, reverse, ctx):
 # cumprod
 
 @index_op(view=_scan_view(("out", "out_grad"), axis_attr="dim"), code_attrs=(), pattern=PATTERN,
-          host_scalars=scan_host("out_grad"), dtypes=CPLX)
+          host_scalars=scan_host("out_grad"), dtypes=CPLX + INTS)
 def cumprod_grad(x, out, out_grad, dim, ctx):
     """out[j] = Π_{k<=j} x[k]:  x_grad[j] = out[j-1] · R[j] (out[-1] = 1) with R[j] = Σ_{p>=j}
     out_grad[p] · Π_{j<m<=p} x[m] — Paddle's product formula, exact with zeros in x (no division).
@@ -239,14 +243,16 @@ def _cum_maxmin(x, indices, out_grad, ctx):
                          [out_grad, indices])
 
 
-@index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=MAXMIN_DTYPES)
 def cummax_grad(x, indices, out_grad, axis, dtype, ctx):
     """x_grad[.., indices[.., j, ..], ..] += out_grad[.., j, ..] along ``axis`` (the forward's
     indices: where each running max came from, the latest on ties); 0 <= indices < n."""
     return _cum_maxmin(x, indices, out_grad, ctx)
 
 
-@index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_cum_maxmin_view, atomic=True, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=MAXMIN_DTYPES)
 def cummin_grad(x, indices, out_grad, axis, dtype, ctx):
     """x_grad[.., indices[.., j, ..], ..] += out_grad[.., j, ..] along ``axis`` (the forward's
     indices: where each running min came from, the latest on ties); 0 <= indices < n."""

@@ -6,13 +6,16 @@ the last element's grad, one thread per column walking the axis in order, so run
 bit-identical), kthvalue/mode put each output's grad at its single index (a gather-formulated
 elementwise kernel), nanmedian spreads it evenly over the elements equal to the median (or halves
 it between the two middles). Indices are checked on the host: 0 <= index < n (Paddle 3.3.1
-corrupts memory on a negative one).
+corrupts memory on a negative one). Integer data (where Paddle registers it) moves as the floats
+do; nanmedian's integer median is the forward's ``(a + b) / 2`` in the integer type (wrapping,
+truncated, as Paddle's) and its grad shares divide truncating, as C++'s.
 """
 
 from __future__ import annotations
 
 import math
 
+from tvmgrad.dtypes import FLOATS, INTS
 from tvmgrad.families.base import OpError
 from tvmgrad.families.shape import dt_of
 from tvmgrad.infer_meta import norm_axis
@@ -22,7 +25,11 @@ from ._extern import i64, tc
 from ._plan import check_range, host, split_axis
 from tvmgrad.families.index import index_op
 
-from .indexing import scatter_along
+from .indexing import div, scatter_along
+
+# Paddle's registrations beyond the floats (CPU and GPU together)
+SELECT_DTYPES = FLOATS + INTS
+ARGSORT_DTYPES = FLOATS + ("uint8", "int16") + INTS
 
 
 def _along(op, call, x, idx, g, axis_attr="axis"):
@@ -62,7 +69,8 @@ def _argsort_view(call, metas, outs):
     return _along(call.op, call, x, idx, g)
 
 
-@index_op(view=_argsort_view, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_argsort_view, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=ARGSORT_DTYPES)
 def argsort_grad(indices, x, out_grad, axis, descending, stable, ctx):
     """x_grad[.., indices[.., i, ..], ..] = out_grad[.., i, ..] along ``axis`` (a permutation;
     for a repeated index the last i wins, as Paddle's CPU kernel)."""
@@ -82,7 +90,7 @@ def _topk_view(call, metas, outs):
     return views
 
 
-@index_op(view=_topk_view, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_topk_view, code_attrs=(), float_inputs=("x", "out_grad"), dtypes=SELECT_DTYPES)
 def topk_grad(x, indices, out_grad, k, axis, largest, sorted, ctx):
     """x_grad = 0 except x_grad[.., indices[.., i, ..], ..] = out_grad[.., i, ..] along ``axis``
     (for a repeated index the last i wins, as Paddle's CPU kernel)."""
@@ -125,14 +133,16 @@ def _select(x, indices, out_grad):
         i64(indices[o, c]) == j, out_grad[o, c], zero), name="x_grad")
 
 
-@index_op(view=_select_view, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_select_view, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=SELECT_DTYPES)
 def kthvalue_grad(x, indices, out_grad, k, axis, keepdim):
     """x_grad = 0 except x_grad[.., indices[..], ..] = out_grad[..] along ``axis`` (the index the
     forward picked among ties)."""
     return _select(x, indices, out_grad)
 
 
-@index_op(view=_select_view, code_attrs=(), float_inputs=("x", "out_grad"))
+@index_op(view=_select_view, code_attrs=(), float_inputs=("x", "out_grad"),
+          dtypes=SELECT_DTYPES)
 def mode_grad(x, indices, out_grad, axis, keepdim):
     """x_grad = 0 except x_grad[.., indices[..], ..] = out_grad[..] along ``axis`` (the forward's
     index: the last occurrence of the mode)."""
@@ -191,13 +201,14 @@ def _unlin(index, dims):
 
 
 @index_op(view=_nanmedian_view, code_attrs=(), float_inputs=("x", "out_grad"),
-          index_dtypes=("int64",))
+          index_dtypes=("int64",), dtypes=SELECT_DTYPES)
 def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
     """Per median (the reduced dims flattened in order, medians: their indices, -1 when every
     element is NaN), as Paddle 3.3.1's CPU kernel: with v the median value (the average of the
-    two middles for avg, NaN for -1), if ``axis`` names one dim and mode is min, x_grad[m] =
-    out_grad; otherwise out_grad is split evenly over the elements equal to v (NaN matching
-    NaN), or, when none is (avg of two different middles), halved between the two indices."""
+    two middles for avg, truncated for integers; NaN for -1, which no integer matches), if
+    ``axis`` names one dim and mode is min, x_grad[m] = out_grad; otherwise out_grad is split
+    evenly over the elements equal to v (NaN matching NaN), or, when none is (avg of two
+    different middles), halved between the two indices (integer shares truncated)."""
     dt = dt_of(out_grad)
     axes, mode_, evenly = ctx.info.variant
     rank = len(x.shape)
@@ -219,17 +230,22 @@ def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
         """x at reduced flat index m of median k (m >= 0)."""
         return tc(x[full(_unlin(k, kdims), _unlin(tirx.max(m, i64(0)), rdims))], dt)
 
-    nan = tirx.const(math.nan, cd)
+    integer = dt.kind == "int"
+    # no median (index -1): NaN, which only NaN matches; integers have none, so nothing matches
+    missing = tirx.const(0 if integer else math.nan, cd)
 
     def value(k):
         m0 = medians[k, 0]
         v0 = at(k, m0)
-        v = (v0 + at(k, medians[k, 1])) / tirx.const(2, cd) if avg else v0
-        return tirx.Select(m0 >= i64(0), v, nan)
+        v = div(v0 + at(k, medians[k, 1]), tirx.const(2, cd)) if avg else v0
+        return tirx.Select(m0 >= i64(0), v, missing)
 
     val = te.compute((_kn(kdims),), value, name="median_value")
 
-    def match(xv, v):
+    def match(xv, k):
+        v = val[k]
+        if integer:
+            return tirx.And(medians[k, 0] >= i64(0), xv == v)
         return tirx.Or(xv == v, tirx.And(tirx.isnan(v), tirx.isnan(xv)))
 
     if evenly:
@@ -237,7 +253,7 @@ def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
 
         def count(k):
             xv = tc(x[full(_unlin(k, kdims), raxes)], dt)
-            return te.sum(tirx.Select(match(xv, val[k]), i64(1), i64(0)), axis=raxes)
+            return te.sum(tirx.Select(match(xv, k), i64(1), i64(0)), axis=raxes)
 
         cnt = te.compute((_kn(kdims),), count, name="median_count")
 
@@ -253,9 +269,9 @@ def nanmedian_grad(x, medians, out_grad, axis, keepdim, mode, ctx):
         m1 = medians[k, 1] if avg else m0
         n = cnt[k]
         xv = tc(x[c], dt)
-        spread = tirx.Select(match(xv, val[k]), g / n.astype(cd), zero)
+        spread = tirx.Select(match(xv, k), div(g, n.astype(cd)), zero)
         half = tirx.Select(m0 == m1, tirx.Select(j == m0, g, zero),
-                           tirx.Select(tirx.Or(j == m0, j == m1), g / tirx.const(2, cd), zero))
+                           tirx.Select(tirx.Or(j == m0, j == m1), div(g, tirx.const(2, cd)), zero))
         return tirx.Select(n > i64(0), spread, half).astype(dt.storage)
 
     return te.compute(x.shape, grad, name="x_grad")

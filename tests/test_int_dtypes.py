@@ -1,11 +1,15 @@
-"""Integer and bool kernels of pointwise grads, checked exactly against Paddle 3.3.1's CPU kernels.
+"""Integer and bool kernels of pointwise, scan and sort/select grads, checked exactly against Paddle
+3.3.1's CPU kernels.
 
 Paddle registers these grads for int32/int64 (copysign_grad, scale and the rounding grads also for
 int8/uint8/int16 and bool); its kernels compute in the integer type with C++'s wrapping arithmetic
 and truncate float attributes toward 0. Each case runs Paddle's kernel (``paddle._C_ops`` or its
 autograd) on the same arrays, extremes included, and demands identical values and dtype. The
 sin/cos double and triple grads have no Paddle entry point for integers (sin_grad/cos_grad are
-float-only, so autograd never reaches them): their oracle is the functor's C++ in numpy.
+float-only, so autograd never reaches them): their oracle is the functor's C++ in numpy. The scan
+grads (cumsum int8..int64, cumprod and cummax/cummin int32/int64) sum and multiply wrapping; the
+sort/select grads (argsort also uint8/int16) move out_grad to the forward's indices, nanmedian's
+shares truncated.
 """
 
 from __future__ import annotations
@@ -146,3 +150,103 @@ def test_sin_cos_higher_grads(dtype):
               {"x_grad": s * d1y * d2d1x * d3d2x - c * d2d1x * d3d2d1y,
                "grad_out_forward_grad": -c * d2d1x * d3d2x,
                "grad_x_grad_forward_grad": -c * d1y * d3d2x - s * d3d2d1y})
+
+
+# ------------------------------------------------------------------------------------------
+# scan and sort/select grads: integer sums and products wrap; the rest is data movement
+
+def _run(op, inputs, attrs, **options):
+    return tvmgrad.run(op, inputs, attrs, **options)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True)])
+def test_cumsum_grad(dtype, exclusive, reverse):
+    g = _ints(dtype, (3, 70), seed=3)                          # several scan chunks, wrapping sums
+    x = np.zeros_like(g)
+    for axis, flatten in ((1, False), (0, False), (0, True)):
+        gv = g.reshape(-1) if flatten else g                   # flatten: out is 1-D
+        want = C.cumsum_grad(_t(x), _t(gv), axis, flatten, exclusive, reverse)
+        attrs = {"axis": axis, "flatten": flatten, "exclusive": exclusive, "reverse": reverse}
+        _same(_run("cumsum_grad", {"x": x, "out_grad": gv}, attrs), {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_cumprod_grad(dtype):
+    x = _ints(dtype, (3, 40), seed=1, small=True)              # zeros and wrapping products
+    x[1, 7] = 0
+    g = _ints(dtype, (3, 40), seed=3)
+    for dim in (1, 0):
+        out = C.cumprod(_t(x), dim, False, False)
+        want = C.cumprod_grad(_t(x), out, _t(g), dim, False, False)
+        _same(_run("cumprod_grad", {"x": x, "out": out.numpy(), "out_grad": g}, {"dim": dim}),
+              {"x_grad": want})
+
+
+@pytest.mark.parametrize("op", ["cummax_grad", "cummin_grad"])
+@pytest.mark.parametrize("dtype", WIDE)
+def test_cummax_cummin_grad(op, dtype):
+    x, g = _ints(dtype, (4, 9), seed=1, small=True), _ints(dtype, (4, 9), seed=3)
+    for axis in (1, 0):
+        _, idx = getattr(C, op[:-5])(_t(x), axis, "int64")
+        want = getattr(C, op)(_t(x), idx, _t(g), axis, "int64")
+        for det in (True, False):
+            _same(_run(op, {"x": x, "indices": idx.numpy(), "out_grad": g},
+                       {"axis": axis, "dtype": "int64"}, deterministic=det), {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", ("uint8", "int16") + WIDE)
+def test_argsort_grad(dtype):
+    x, g = _ints(dtype, (4, 9), seed=1, small=True), _ints(dtype, (4, 9), seed=3)
+    for axis, descending in ((1, False), (0, True)):
+        # Paddle's argsort has no uint8/int16 kernel: numpy's stable sort gives the indices
+        idx = np.argsort(-x if descending else x, axis=axis, kind="stable")
+        attrs = {"axis": axis, "descending": descending, "stable": True}
+        want = C.argsort_grad(_t(idx), _t(x), _t(g), axis, descending, True)
+        _same(_run("argsort_grad", {"indices": idx, "x": x, "out_grad": g}, attrs),
+              {"x_grad": want})
+    idx = np.array([[1, 1, 0, 2] + [3] * 5] * 4)               # repeated: the last one wins
+    want = C.argsort_grad(_t(idx), _t(x), _t(g), 1, False, False)
+    _same(_run("argsort_grad", {"indices": idx, "x": x, "out_grad": g},
+               {"axis": 1, "descending": False, "stable": False}), {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_topk_kthvalue_mode_grads(dtype):
+    x = _ints(dtype, (4, 9), seed=1, small=True)
+    for axis in (1, 0):
+        out, idx = C.topk(_t(x), 3, axis, True, True)
+        g = _ints(dtype, out.shape, seed=3)
+        want = C.topk_grad(_t(x), idx, _t(g), 3, axis, True, True)
+        _same(_run("topk_grad", {"x": x, "indices": idx.numpy(), "out_grad": g},
+                   {"k": 3, "axis": axis, "largest": True, "sorted": True}), {"x_grad": want})
+        for keepdim in (False, True):
+            out, idx = C.kthvalue(_t(x), 2, axis, keepdim)
+            g = _ints(dtype, out.shape, seed=4)
+            want = C.kthvalue_grad(_t(x), idx, _t(g), 2, axis, keepdim)
+            _same(_run("kthvalue_grad", {"x": x, "indices": idx.numpy(), "out_grad": g},
+                       {"k": 2, "axis": axis, "keepdim": keepdim}), {"x_grad": want})
+            out, idx = C.mode(_t(x), axis, keepdim)
+            want = C.mode_grad(_t(x), idx, _t(g), axis, keepdim)
+            _same(_run("mode_grad", {"x": x, "indices": idx.numpy(), "out_grad": g},
+                       {"axis": axis, "keepdim": keepdim}), {"x_grad": want})
+
+
+@pytest.mark.parametrize("mode", ["avg", "min"])
+@pytest.mark.parametrize("dtype", WIDE)
+def test_nanmedian_grad(dtype, mode):
+    """The integer median is (a + b) / 2 in the type (wrapping, truncated: it may equal neither
+    middle, or other elements); the shares divide truncating."""
+    info = np.iinfo(dtype)
+    x = _ints(dtype, (6, 6), seed=1, small=True)
+    x[0] = (-3, -4, 10, -10, -20, 20)                          # -3.5 truncates to -3: x[0, 0]
+    x[1] = (info.max, info.max - 1, info.max - 2, info.max, info.max, info.max - 1)
+    x[2] = (info.min, info.min + 1, info.min + 2, info.min, info.min + 2, info.min + 1)
+    x[3] = (1, 1, 2, 2, 5, -5)                                 # 1.5 -> 1: shared by two elements
+    x[4] = (3, 5, 1, 9, 0, 8)                                  # 4 is no element: halved
+    for axis, keepdim in (([1], False), ([0], True), ([], False), ([0, 1], False), ([-1, 0], True)):
+        out, med = C.nanmedian(_t(x), axis, keepdim, mode)
+        g = np.random.default_rng(3).integers(-9, 9, out.shape, dtype=dtype, endpoint=True)
+        want = C.nanmedian_grad(_t(x), out, med, _t(g), axis, keepdim, mode)
+        _same(_run("nanmedian_grad", {"x": x, "medians": med.numpy(), "out_grad": g},
+                   {"axis": axis, "keepdim": keepdim, "mode": mode}), {"x_grad": want})

@@ -45,7 +45,8 @@ KNOWN_GAPS: dict = {}
 # Integer/bool dtypes Paddle registers that tvmgrad rejects: visible, kept exact, not demanded yet.
 # tvmgrad's dtype layer knows them (tvmgrad/dtypes.py: bool, int8..int64); the indexing, shape and
 # linear (concat/stack/expand/...) grads, fill_grad, global_gather/scatter_grad, view_dtype_grad and
-# the pointwise binary/elementary/conj grads (tests/test_int_dtypes.py) take them today.
+# the pointwise binary/elementary/conj grads and the scan and sort/select grads
+# (tests/test_int_dtypes.py) take them today.
 KNOWN_INT_GAPS = {
     # te_defs/elementary.py
     'pow_double_grad': {'int32', 'int64'},
@@ -64,19 +65,8 @@ KNOWN_INT_GAPS = {
     # te_defs/roi.py
     'roi_align_grad': {'int32'},  # CPU only
     'roi_pool_grad': {'int32'},  # CPU only
-    # te_defs/scan.py
-    'cummax_grad': {'int32', 'int64'},
-    'cummin_grad': {'int32', 'int64'},
-    'cumprod_grad': {'int32', 'int64'},
-    'cumsum_grad': {'int8', 'uint8', 'int16', 'int32', 'int64'},  # CPU only: int8, uint8
     # te_defs/signal.py
     'overlap_add_grad': {'int32', 'int64'},
-    # te_defs/sort.py
-    'argsort_grad': {'uint8', 'int16', 'int32', 'int64'},  # CPU only: uint8, int16
-    'kthvalue_grad': {'int32', 'int64'},
-    'mode_grad': {'int32', 'int64'},
-    'nanmedian_grad': {'int32', 'int64'},
-    'topk_grad': {'int32', 'int64'},
 }
 
 # Dtypes tvmgrad's dtype layer has no DType for at all (float8): visible, exact, not demanded.
