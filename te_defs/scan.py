@@ -25,7 +25,7 @@ from ._extern import i64, tc
 from ._plan import check_range, host, split_axis
 from tvmgrad.families.index import index_op
 
-from .indexing import blocked_scan, scan_host, scatter_along
+from ._scatter import blocked_scan, scan_host, scatter_along
 
 CPLX = FLOATS + COMPLEX
 MAXMIN_DTYPES = FLOATS + INTS

@@ -25,7 +25,7 @@ from ._extern import i64, tc
 from ._plan import check_range, host, split_axis
 from tvmgrad.families.index import index_op
 
-from .indexing import div, scatter_along
+from ._scatter import div, scatter_along
 
 # Paddle's registrations beyond the floats (CPU and GPU together)
 SELECT_DTYPES = FLOATS + INTS
