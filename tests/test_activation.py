@@ -121,6 +121,7 @@ FIRST_ORDER = {
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", sorted(FIRST_ORDER))
+@pytest.mark.sweep
 def test_first_order_values(case, dtype):
     op, make, attrs, kinks, *opts = FIRST_ORDER[case]
     opts = opts[0] if opts else {}

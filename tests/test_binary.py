@@ -90,6 +90,7 @@ SHAPE_CASES = ([(xs, ys, d) for xs, ys in SHAPES for d in ("float32", "float64")
 
 @pytest.mark.parametrize("op", BINARY)
 @pytest.mark.parametrize("xs,ys,dtype", SHAPE_CASES)
+@pytest.mark.sweep
 def test_binary_shapes(op, xs, ys, dtype):
     oracle = expanded(op) if op == "atan2_grad" else None
     inputs = binary_inputs(xs, ys)
@@ -150,6 +151,7 @@ LERP_SHAPES = [
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("xs,ys,ws", LERP_SHAPES)
+@pytest.mark.sweep
 def test_lerp_grad(xs, ys, ws, dtype):
     r = rng(7)
     x, y, w = r.standard_normal(xs), r.standard_normal(ys), r.random(ws)

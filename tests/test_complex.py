@@ -480,6 +480,7 @@ WHOLE_TENSOR = [
 @pytest.mark.parametrize("dtype", CPLX)
 @pytest.mark.parametrize("op,shapes,attrs", WHOLE_TENSOR,
                          ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(WHOLE_TENSOR)])
+@pytest.mark.sweep
 def test_whole_tensor_grads_complex(op, shapes, attrs, dtype):
     inputs = {k: crand(s, seed=i).astype(dtype) for i, (k, s) in enumerate(shapes.items())}
     oracle = None

@@ -95,6 +95,7 @@ CONV2D = {
 
 
 @pytest.mark.parametrize("name", sorted(CONV2D))
+@pytest.mark.sweep
 def test_conv2d_grad(name):
     x, w, attrs = CONV2D[name]
     check("conv2d_grad", conv_inputs(x, w, attrs), attrs, "float64")
@@ -102,6 +103,7 @@ def test_conv2d_grad(name):
 
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 @pytest.mark.parametrize("name", ["pad1", "nhwc_groups_s2"])
+@pytest.mark.sweep
 def test_conv2d_grad_dtypes(dtype, name):
     x, w, attrs = CONV2D[name]
     check("conv2d_grad", conv_inputs(x, w, attrs), attrs, dtype,
@@ -303,6 +305,7 @@ def test_conv2d_grad_grad_dtypes(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.sweep
 def test_conv3d_double_grad(dtype):
     x, w, attrs = CONV3D["s2_groups"]
     check("conv3d_double_grad", double_inputs(x, w, attrs), attrs, dtype,
@@ -310,6 +313,7 @@ def test_conv3d_double_grad(dtype):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.sweep
 def test_depthwise_conv2d_double_grad(dtype):
     """Paddle has no CPU depthwise_conv2d_double_grad kernel: the oracle is its conv2d double
     grad with the same groups (the same mathematics)."""

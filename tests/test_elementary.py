@@ -107,6 +107,7 @@ UNARY = {
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("op", sorted(UNARY))
+@pytest.mark.sweep
 def test_unary_grad(op, dtype):
     name, domain, specials = UNARY[op]
     x, g = cross(specials)

@@ -105,6 +105,7 @@ def test_r2c_float32_and_meta_x():
                                         ((5, 7), [1, 0]), ((2, 5, 3), [0, 1])])
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("forward", [False, True])
+@pytest.mark.sweep
 def test_c2r(shape, axes, norm, forward):
     g = rng(6).standard_normal(shape)
     for last in (shape[axes[-1]], 0):

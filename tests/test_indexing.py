@@ -1082,6 +1082,7 @@ def _put_int_inputs(dtype, reduce, include_self):
 @pytest.mark.parametrize("dtype", extra_dtypes("put_along_axis_grad"))
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("reduce", ["assign", "add", "mean", "mul", "amin", "amax"])
+@pytest.mark.sweep
 def test_put_along_axis_extra_dtypes(dtype, reduce, include_self):
     """Integer grads divide as C++ does (truncating, after the promotion to int of narrow
     types: g·out/arr does not wrap in uint8), as Paddle's CPU kernels (the reference)."""
@@ -1132,6 +1133,7 @@ def test_send_u_recv_extra_dtypes(dtype, reduce):
 @pytest.mark.parametrize("y_feats", [(2,), (1,)])
 @pytest.mark.parametrize("message", ["ADD", "MUL"])
 @pytest.mark.parametrize("reduce", ["SUM", "MEAN", "MIN", "MAX"])
+@pytest.mark.sweep
 def test_send_ue_recv_extra_dtypes(dtype, reduce, message, y_feats):
     """MEAN divides each message's product by the count (out_grad·y / count, truncating), as
     Paddle's integer kernel."""

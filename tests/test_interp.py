@@ -64,6 +64,7 @@ SWEEP = [
 
 @pytest.mark.parametrize("method,ins,outs", SWEEP)
 @pytest.mark.parametrize("align", [(True, 1), (False, 0), pytest.param((False, 1), marks=pytest.mark.slow)])
+@pytest.mark.sweep
 def test_interp_float64(method, ins, outs, align):
     ac, am = align
     for last in (False, True):
@@ -74,6 +75,7 @@ def test_interp_float64(method, ins, outs, align):
 
 @pytest.mark.parametrize("method", list(OPS))
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.sweep
 def test_interp_dtypes(method, dtype):
     S = {"linear": 1, "trilinear": 3}.get(method, 2)
     ins, outs = [(6,), (4, 5), (3, 4, 5)][S - 1], [(11,), (9, 3), (5, 7, 2)][S - 1]
@@ -290,6 +292,7 @@ def grid_case(S, mode, pad, ac, *, seed=0, spread=1.6, N=2, C=3):
 @pytest.mark.parametrize("mode,pad,ac", list(itertools.product(("bilinear", "nearest"),
                                                                ("zeros", "border", "reflection"),
                                                                (True, False))))
+@pytest.mark.sweep
 def test_grid_sample_float64(S, mode, pad, ac):
     inputs, attrs = grid_case(S, mode, pad, ac, spread=3.5 if pad == "reflection" else 1.6)
     check("grid_sample_grad", inputs, attrs, "float64")

@@ -335,6 +335,7 @@ def lu_factor(x):
 
 @pytest.mark.parametrize(*sweep("shape,dtype", [[(2, 4, 4), (2, 3, 5), (2, 5, 3), (4, 4)], ALL],
                                   lambda s, d: d in ("float64", "complex128") or s in ((2, 3, 5), (2, 5, 3))))
+@pytest.mark.sweep
 def test_lu_grad(shape, dtype):
     x = rand(shape, dtype, 27)
     lu, piv = lu_factor(x)
@@ -575,6 +576,7 @@ def test_linear_grads_adjoint_identity():
 @pytest.mark.parametrize(*sweep("case,dtype", [[((2, 5, 3), "reduced"), ((2, 3, 5), "reduced"), ((2, 3, 5), "complete"),
                                                 ((2, 4, 4), "reduced"), ((4, 4), "complete")], ALL],
                                   lambda c, d: d in ("float64", "complex128") or c == ((2, 3, 5), "reduced")))
+@pytest.mark.sweep
 def test_qr_grad(case, dtype):
     shape, mode = case
     x = rand(shape, dtype, 41)
@@ -616,6 +618,7 @@ def svd_inputs(shape, dtype, full, seed=44):
 @pytest.mark.parametrize(*sweep("shape,full,dtype", [[(2, 5, 3), (2, 3, 5), (3, 3)], [False, True], ALL],
                                   lambda s, f, d: (d == "float64" or (s == (2, 5, 3) and not f))
                                   and (d != "complex128" or not f)))
+@pytest.mark.sweep
 def test_svd_grad(shape, full, dtype):
     inputs = svd_inputs(shape, dtype, full)
     oracle = per_matrix("svd_grad", tuple(inputs), nb=1) if dtype.startswith("complex") and len(shape) == 3 else None

@@ -77,6 +77,7 @@ ADDMM = {"alpha": 0.7, "beta": 1.3}
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("input_shape", [(3, 5), (5,), (1, 5), (3, 1), (1, 1)])
+@pytest.mark.sweep
 def test_addmm_grad(dtype, input_shape):
     check("addmm_grad", {"input": N(*input_shape), "x": N(3, 4), "y": N(4, 5),
                          "out_grad": N(3, 5)}, ADDMM, dtype)

@@ -120,6 +120,7 @@ def _compare(inputs, attrs, dtype):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("L,bidirec", [(1, False), (1, True), (2, False), (2, True)])
+@pytest.mark.sweep
 def test_cudnn_lstm_grad(dtype, L, bidirec):
     _compare(*_case(L=L, bidirec=bidirec), dtype)
 

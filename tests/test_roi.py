@@ -61,12 +61,14 @@ ALIGN = [dict(), dict(ph=3, pw=2, scale=0.5, ratio=2, aligned=True), dict(ph=1, 
 
 
 @pytest.mark.parametrize("case", ALIGN)
+@pytest.mark.sweep
 def test_roi_align_float64(case):
     inputs, attrs = align_case(**case)
     check("roi_align_grad", inputs, attrs, "float64")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.sweep
 def test_roi_align_dtypes(dtype):
     for case in (dict(), dict(ph=3, pw=2, scale=0.5, ratio=2, aligned=True)):
         inputs, attrs = align_case(**case, seed=1)

@@ -380,6 +380,7 @@ def _np_pad(x, pads, mode, data_format, value=0.0):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
+@pytest.mark.sweep
 def test_pad3d_grads_dtypes(mode, dtype):
     x = _n(2, 3, 3, 4, 5)
     attrs = {"paddings": [1, 2, 2, 1, 1, 2], "mode": mode, "pad_value": 0.0, "data_format": "NCDHW"}
@@ -969,6 +970,7 @@ def _extra_params():
 
 
 @pytest.mark.parametrize("op,make,dtype", _extra_params())
+@pytest.mark.sweep
 def test_extra_dtypes(op, make, dtype):
     from harness import c_ops
     inputs, attrs, want = make(dtype)
@@ -995,6 +997,7 @@ def test_squeeze_unsqueeze_double_grads_extra_dtypes(dtype):
 @pytest.mark.parametrize("dtype", extra_dtypes("pad3d_double_grad"))
 @pytest.mark.parametrize("mode", ["constant", "reflect", "replicate", "circular"])
 @pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+@pytest.mark.sweep
 def test_pad3d_double_grad_extra_dtypes(dtype, mode, fmt):
     """pad_value reaches a complex kernel as pad_value + 0i and an integer one truncated (Paddle's
     static_cast<T>: 1.7 -> 1, -2.9 -> -2)."""
