@@ -349,19 +349,28 @@ def forward(name, terms, geom, dt, O_sizes, gm, gn, gk, depthwise, *, index):
         return main, lambda n, g, o, p: (n, g, o, *p)
 
 
-def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index):
-    """dx[n,g,c,i] = Σ_{o,j} w[g,o,c,K−1−j] · dyz[n,g,o, i + j·d] (padded); -> (main, index)."""
-    S, last, G = geom.S, geom.last, geom.G
-    N, Og, Cg = dy.N, w.O, w.C
-    acc = dt.compute
-    s, d, lo, K = geom.s, geom.d, geom.lo, geom.k
-    Op = ceil_to(Og, gk)
-    if last:
+def _data_extents(geom, I_sizes, Cg, gm, gn, depthwise, index):
+    """(P, Gp, Cpd) of a data grad: its padded spatial extents, groups and channels."""
+    G = geom.G
+    if geom.last:
         P = list(I_sizes[:-1]) + [ceil_to(I_sizes[-1], gm)]
         Gp, Cpd = (ceil_to(_ix(index, G), gn), Cg) if depthwise else (_ix(index, G), ceil_to(Cg, gn))
     else:
         P = list(I_sizes[:-1]) + [ceil_to(I_sizes[-1], gn)]
         Gp, Cpd = (ceil_to(_ix(index, G), gm), Cg) if depthwise else (_ix(index, G), ceil_to(Cg, gm))
+    return P, Gp, Cpd
+
+
+def zero_inserted_dy(name, dy, Og, Cg, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index):
+    """dyz[n,g,o,t] of a data grad (see the module docstring), source ``{name}_dy``: dy with
+    s−1 zeros between elements and (K−1)·d − lo in front, over the data grad's padded domain
+    plus the (K−1)·d halo."""
+    S, last, G = geom.S, geom.last, geom.G
+    N = dy.N
+    acc = dt.compute
+    s, d, lo, K = geom.s, geom.d, geom.lo, geom.k
+    Op = ceil_to(Og, gk)
+    P, Gp, _ = _data_extents(geom, I_sizes, Cg, gm, gn, depthwise, index)
     T = [_atleast(index, P[i], 1 if i < S - 1 else (gm if last else gn)) + (K[i] - 1) * d[i]
          for i in range(S)]
     L = [(K[i] - 1) * d[i] - lo[i] for i in range(S)]
@@ -390,6 +399,22 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index):
                          lambda n, g, o, *t: _guard(*dval(n, g, o, t), acc),
                          name=f"{name}_dy",
                          attrs={"dense.src": "root", "dense.par": 3 if strided else S + 2})
+    return dys
+
+
+def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index, dys=None):
+    """dx[n,g,c,i] = Σ_{o,j} w[g,o,c,K−1−j] · dyz[n,g,o, i + j·d] (padded); -> (main, index).
+    ``dys``: dyz made by ``zero_inserted_dy`` with the same arguments (shared with a depthwise
+    filter grad), else made here."""
+    S, last, G = geom.S, geom.last, geom.G
+    N, Og, Cg = dy.N, w.O, w.C
+    acc = dt.compute
+    d, K = geom.d, geom.k
+    Op = ceil_to(Og, gk)
+    P, Gp, Cpd = _data_extents(geom, I_sizes, Cg, gm, gn, depthwise, index)
+    if dys is None:
+        dys = zero_inserted_dy(name, dy, Og, Cg, geom, dt, I_sizes, gm, gn, gk, depthwise,
+                               index=index)
 
     def wval(g, o, c, jj):
         return _all(g < G, o < Og, c < Cg), lambda: w(g, o, c, [K[i] - 1 - jj[i] for i in range(S)])
@@ -499,6 +524,47 @@ def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise, *, index):
                        lambda g, o, c, *kk: te.sum(main[(rn, g, o, c, *kk)], axis=rn),
                        name=f"{name}_sum")
     return total
+
+
+def plane_filter_grad(name, dys, x, Og, geom, dt, gm, gn, *, index):
+    """The filter grad of a channel-first depthwise convolution, per channel plane, from the
+    data grad's dyz (``zero_inserted_dy``, shared): x[i] meets dy[p] where i = p·s + k·d − lo,
+    i.e. where dyz's index i + (K−1−k)·d is, so
+
+        dw[g,o,c,K−1−j] = Σ_n Σ_i x[n,g,c,i] · dyz[n,g,o, i + j·d]
+
+    over x's domain. The contraction keeps the last spatial dim i (padded to the data grad's
+    grain gn, x zero-padded to it) as its vectorised N axis and the last kernel dim j (padded to
+    gm, its padded rows cropped) as M: a row of x is loaded once for gm shifted rows of dyz,
+    and no unfolded copy of x is made. The samples are reduced inside the contraction (a tile
+    walks the planes of one channel, which stay in cache across its tiles); the partial sums
+    per lane are summed after (compute dtype)."""
+    S, G = geom.S, geom.G
+    N, Cg, I = x.N, x.C, x.sp
+    acc = dt.compute
+    d, K = geom.d, geom.k
+    L = S - 1
+    P = ceil_to(I[L], gn)
+    xs = te.compute(_sh(index, N, G, Cg, *I[:L], P),
+                    lambda n, g, c, *i: _guard(i[L] < I[L], lambda: x(n, g, c, i), acc),
+                    name=f"{name}_x", attrs={"dense.src": "root", "dense.par": 3})
+    rn = te.reduce_axis((0, N), name=f"{name}_n")
+    ri = [te.reduce_axis((0, I[a]), name=f"{name}_i{a}") for a in range(L)]
+    ii = [r.var for r in ri]
+
+    def body(g, o, c, *r):
+        jc = [tirx.min(r[a], K[a] - 1) for a in range(S)]
+        t = [ii[a] + jc[a] * d[a] for a in range(L)] + [r[S] + jc[L] * d[L]]
+        return te.sum(xs[(rn, g, c, *ii, r[S])] * dys[(rn, g, o, *t)], axis=[rn, *ri])
+
+    Kp = list(K[:-1]) + [ceil_to(_ix(index, K[-1]), gm)]
+    attrs = main_attrs(2 + S, 3 + S, gm, gn, gk=1, halo=tuple(3 + a for a in range(L)))
+    main = te.compute(_sh(index, G, Og, Cg, *Kp, P), body, name=name, attrs=attrs)
+    rl = te.reduce_axis((0, P), name=f"{name}_l")
+    return te.compute(_sh(index, G, Og, Cg, *K),
+                      lambda g, o, c, *k: te.sum(
+                          main[(g, o, c, *(K[a] - 1 - k[a] for a in range(S)), rl)], axis=rl),
+                      name=f"{name}_sum")
 
 
 def _guard(ok, value, acc):
@@ -618,6 +684,17 @@ def _conv_grads(ctx, input, filter, out_grad, need_dx=True, need_dw=True):
     last, S = geom.last, geom.S
     x, dy, w = Act(input, last, dt), Act(out_grad, last, dt), Filt(filter, dt)
     dx_t = dw_t = None
+    if need_dx and need_dw and not last and roles["data"][3] and roles["filter"][3]:
+        # a channel-first depthwise conv: both grads read one dyz, the filter grad per plane
+        gm, gn, gk, dwise = roles["data"]
+        dys = zero_inserted_dy("conv_dx", dy, w.O, w.C, geom, dt, x.sp, gm, gn, gk, dwise,
+                               index=ctx.index)
+        main, idx = data_grad("conv_dx", dy, w, geom, dt, x.sp, gm, gn, gk, dwise,
+                              index=ctx.index, dys=dys)
+        dx_t = _act_out("input_grad", input, main, idx, dt, last, S)
+        total = plane_filter_grad("conv_dw", dys, x, w.O, geom, dt, grain(geom.k[-1]), gn,
+                                  index=ctx.index)
+        return dx_t, _filt_out("filter_grad", filter, total, dt)
     if need_dx:
         gm, gn, gk, dwise = roles["data"]
         main, idx = data_grad("conv_dx", dy, w, geom, dt, x.sp, gm, gn, gk, dwise, index=ctx.index)
