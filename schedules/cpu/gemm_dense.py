@@ -91,10 +91,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     # the epilogue (crop + cast), or partial results reduced later, from registers
     keep_in_registers(sch, block, second, epilogue(sch, block))
     _tile_last(sch, block, m_ax, n_ax)
-    producers = [p for p in sch.get_producers(block)
-                 if str(annotations(sch, p).get("dense.src", "")) == "tile"]
-    for src in producers:
-        sch.compute_at(src, first)
+    producers = _tile_sources_at(sch, block, first)
     sch.unroll(mi)
     sch.vectorize(ni)
     parallel(sch, [*outer, first])
@@ -143,10 +140,7 @@ def _row_contraction(sch, block, unit: VectorUnit, m_ax: int, n_ax: int, gn: int
     sch.reorder(*outer, no, *reduce, ni)
     keep_in_registers(sch, block, no, epilogue(sch, block))
     _tile_last(sch, block, m_ax, n_ax)
-    producers = [p for p in sch.get_producers(block)
-                 if str(annotations(sch, p).get("dense.src", "")) == "tile"]
-    for src in producers:
-        sch.compute_at(src, no)
+    producers = _tile_sources_at(sch, block, no)
     sch.vectorize(ni)
     parallel(sch, _constant_strides(sch, [*outer, no]))
     if reduce:
@@ -219,6 +213,16 @@ def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
                              assume_injective_transform=True)
         outer, inner = sch.split(loops[t], [None, lanes])
         sch.reorder(*(loops[d] for d in kept), outer, *(loops[d] for d in walked), inner)
+
+
+def _tile_sources_at(sch, block, loop) -> list:
+    """The per-tile source copies (``dense.src`` = tile), each computed inside ``loop`` one tile's
+    worth at a time; returns them."""
+    sources = [p for p in sch.get_producers(block)
+               if str(annotations(sch, p).get("dense.src", "")) == "tile"]
+    for src in sources:
+        sch.compute_at(src, loop)
+    return sources
 
 
 def _tile_last(sch, block, m_ax: int, n_ax: int) -> None:
