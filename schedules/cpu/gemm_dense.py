@@ -95,12 +95,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     sch.unroll(mi)
     sch.vectorize(ni)
     parallel(sch, [*outer, first])
-    if reduce:
-        sch.decompose_reduction(block, reduce[0])
-    for src in producers:
-        inner = sch.get_loops(src)[1:]
-        if inner and const_extent(sch, inner[-1]) is not None:
-            sch.vectorize(inner[-1])
+    _finish(sch, block, reduce, producers)
 
 
 def _rows_share_operand(sch, block, m_ax: int, n_ax: int) -> bool:
@@ -143,12 +138,7 @@ def _row_contraction(sch, block, unit: VectorUnit, m_ax: int, n_ax: int, gn: int
     producers = _tile_sources_at(sch, block, no)
     sch.vectorize(ni)
     parallel(sch, _constant_strides(sch, [*outer, no]))
-    if reduce:
-        sch.decompose_reduction(block, reduce[0])
-    for src in producers:
-        inner = sch.get_loops(src)[1:]
-        if inner and const_extent(sch, inner[-1]) is not None:
-            sch.vectorize(inner[-1])
+    _finish(sch, block, reduce, producers)
 
 
 def _constant_strides(sch, loops) -> list:
@@ -213,6 +203,17 @@ def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
                              assume_injective_transform=True)
         outer, inner = sch.split(loops[t], [None, lanes])
         sch.reorder(*(loops[d] for d in kept), outer, *(loops[d] for d in walked), inner)
+
+
+def _finish(sch, block, reduce, sources) -> None:
+    """The accumulator's zero-init split off the reduction; each tile source copy's innermost
+    constant loop vectorised."""
+    if reduce:
+        sch.decompose_reduction(block, reduce[0])
+    for src in sources:
+        inner = sch.get_loops(src)[1:]
+        if inner and const_extent(sch, inner[-1]) is not None:
+            sch.vectorize(inner[-1])
 
 
 def _tile_sources_at(sch, block, loop) -> list:
