@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..infer_meta import is_symbolic
-from .base import Plan, scalar_arg
-from .signature import Scalar, Signature, buffers_of
+from .base import Plan
+from .signature import Signature, attr_scalars, buffers_of
 from .tensor import TensorOp, view_shape
 
 __all__ = ["dense_op", "DenseOp", "View", "SMALL"]
@@ -68,11 +68,10 @@ class DenseOp(TensorOp):
                  for m in (m if isinstance(m, list) else [m])]
         small = not any(map(is_symbolic, sizes)) and max(sizes, default=0) < SMALL
         runtime = self.runtime_attrs(spec)
-        scalars = [scalar_arg(op, n, dt.compute, call.attrs[n]) for n in runtime]
         static = tuple((p.name, call.attrs[p.name]) for p in spec.attrs
                        if p.name not in runtime and p.name not in self.ignore)
         sig = Signature("dense", op, dt, buffers_of(spec, metas, outs, views=shapes, dims=dims),
-                        tuple(Scalar(a.name, a.dtype, a.value) for a in scalars),
+                        tuple(attr_scalars(op, runtime, dt.compute, call.attrs)),
                         (static, view.info), "int32" if small else "int64")
         attrs, info = dict(call.attrs), view.info
         return sig.plan(lambda static: sig.build(self, spec, attrs, info=info),

@@ -38,9 +38,9 @@ from dataclasses import replace
 from typing import Callable
 
 from ..dtypes import DType
-from .base import OpError, Plan, scalar_arg
+from .base import OpError, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
-from .signature import Scalar, Signature, buffers_of
+from .signature import Scalar, Signature, attr_scalars, buffers_of
 from .tensor import TensorOp
 
 __all__ = ["shape_op", "alias_op", "ShapeOp", "AliasOp", "dt_of", "load", "zero", "total",
@@ -93,8 +93,7 @@ class ShapeOp(TensorOp):
             dims[n] = [unit(n, s) for s in shapes] if isinstance(m, list) else unit(n, shapes)
         f_runtime = self.float_runtime(spec)
         i_runtime = [n for n in self.runtime_ints if n in attrs]
-        scalars = [Scalar(a.name, a.dtype, a.value)
-                   for a in (scalar_arg(op, n, dt.compute, attrs[n]) for n in f_runtime)]
+        scalars = attr_scalars(op, f_runtime, dt.compute, attrs)
         for n in i_runtime:
             v = attrs[n]
             if isinstance(v, (list, tuple)):

@@ -15,9 +15,9 @@ A dim of a buffer is one of:
 
 A complex buffer (dtype lanes 2) gets one more innermost dim of 2 (re, im) that ``dims`` leaves out.
 
-The builder gets its tensors by YAML name and, if it has a parameter ``ctx``, the ``BuildContext``:
-the family's build information, the scalar vars, the index dtype and the CUDA flag, explicitly — never
-through module state.
+The builder gets its tensors by YAML name and, if it has a parameter ``ctx``, the
+``BuildContext``: the family's build information, the scalar vars, the index dtype and the CUDA
+flag, explicitly — never through module state.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..dtypes import DType
-from .base import TARGET_FLAG, Arg, Plan
+from .base import TARGET_FLAG, Arg, Plan, scalar_arg
 
-__all__ = ["Buffer", "Scalar", "Signature", "BuildContext", "PrimFuncResult", "buffers_of",
+__all__ = ["Buffer", "Scalar", "attr_scalars", "Signature", "BuildContext", "PrimFuncResult",
+           "buffers_of",
            "builder_kwargs", "builder_outputs", "output_params"]
 
 
@@ -70,6 +71,13 @@ class Scalar:
 
     def arg(self) -> Arg:
         return Arg("scalar", self.name, dtype=self.dtype, value=self.value)
+
+
+def attr_scalars(op: str, names, dtype: str, attrs: dict) -> list[Scalar]:
+    """The runtime scalars of the float attributes ``names`` in a kernel computing in ``dtype``
+    (their values as ``families.base.scalar_arg`` passes them)."""
+    args = (scalar_arg(op, n, dtype, attrs[n]) for n in names)
+    return [Scalar(a.name, a.dtype, a.value) for a in args]
 
 
 @dataclass(frozen=True)
@@ -243,7 +251,8 @@ def buffers_of(spec, metas: dict, outs, *, views=None, dims=None) -> tuple:
 
     def one(role, name, meta, index, view, tpl):
         shape = tuple(meta.shape) if view is None else tuple(view)
-        return Buffer(role, name, meta.dtype, tuple(tpl) if tpl is not None else (None,) * len(shape),
+        kernel_dims = tuple(tpl) if tpl is not None else (None,) * len(shape)
+        return Buffer(role, name, meta.dtype, kernel_dims,
                       index=index, view=view, sizes=shape,
                       param=not (role == "input" and name in spec.no_need_buffer))
 
@@ -281,7 +290,8 @@ def output_params(spec, outs, result) -> list:
         if m is None:
             continue
         if r is None:
-            raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave None")
+            raise RuntimeError(f"{spec.name}: output {o.name} is expected but the builder gave "
+                               "None")
         params += list(r) if isinstance(m, list) else [r]
     return params
 

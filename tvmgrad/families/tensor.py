@@ -25,9 +25,9 @@ from typing import Callable
 
 from ..dtypes import FLOATS, DType
 from ..infer_meta import is_symbolic, same_dim
-from .base import OpImpl, Plan, scalar_arg
+from .base import OpImpl, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
-from .signature import Scalar, Signature, buffers_of
+from .signature import Signature, attr_scalars, buffers_of
 
 __all__ = ["tensor_op", "TensorOp", "view_shape"]
 
@@ -72,8 +72,7 @@ class TensorOp(OpImpl):
         scalars (or ``scalars``), the baked attributes and ``facts`` as its facts."""
         runtime = self.runtime_attrs(call.spec)
         if scalars is None:
-            scalars = [scalar_arg(call.op, n, dt.compute, call.attrs[n]) for n in runtime]
-            scalars = [Scalar(a.name, a.dtype, a.value) for a in scalars]
+            scalars = attr_scalars(call.op, runtime, dt.compute, call.attrs)
         static = tuple((p.name, call.attrs[p.name]) for p in call.spec.attrs
                        if p.name not in runtime)
         return Signature(family, call.op, dt, buffers_of(call.spec, metas, outs, views=views, dims=dims),
