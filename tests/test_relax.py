@@ -822,7 +822,8 @@ def test_batch_norm_gradient_with_a_symbolic_batch():
 
 
 @pytest.mark.parametrize("data,kernel,groups,shape,stride", [
-    ("NCHW", "OIHW", 1, (2, 8, 2, 2), 1), ("NCHW", "OIHW", 1, (2, 3, 16, 16), 2),
+    ("NCHW", "OIHW", 1, (2, 8, 2, 2), 1), ("NCHW", "OIHW", 1, (2, 8, 1, 1), 1),
+    ("NCHW", "OIHW", 1, (2, 3, 16, 16), 2),
     ("NCHW", "OIHW", 2, (2, 8, 8, 8), 1), ("NHWC", "OIHW", 1, (2, 8, 8, 8), 1),
     ("NHWC", "HWIO", 1, (2, 3, 3, 8), 1)])
 def test_conv2d_gradient_every_layout(data, kernel, groups, shape, stride):

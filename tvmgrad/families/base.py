@@ -155,12 +155,15 @@ class OpImpl:
                                     f"one of {', '.join(allowed)}")
 
     @staticmethod
-    def prim_func(spec, params):
+    def prim_func(spec, params, index=None):
         """``te.create_prim_func`` over the kernel's parameters, which leave out the YAML
-        ``no_need_buffer`` inputs: a builder that reads one fails here (it may use its shape)."""
+        ``no_need_buffer`` inputs: a builder that reads one fails here (it may use its shape).
+        ``index``: the kernel's index dtype, given to every loop and block variable (TE makes each
+        iteration domain start at an int32 0 whatever its extent's dtype, and schedule primitives
+        such as ``transform_layout`` then fail on int64 kernels: int32 vs. int64)."""
         from tvm import te
         try:
-            return te.create_prim_func(params)
+            return te.create_prim_func(params, index_dtype_override=index)
         except Exception as exc:  # noqa: BLE001 - TVM reports a missing placeholder obscurely
             if spec.no_need_buffer:
                 raise RuntimeError(f"{spec.name}: the kernel reads an input the YAML marks "

@@ -157,7 +157,7 @@ class Signature:
         params += output_params(spec, produced, builder_outputs(spec, result))
         if ctx.target_flag is not None:
             params.append(ctx.target_flag)
-        return impl.prim_func(spec, params)
+        return impl.prim_func(spec, params, self.index)
 
 
 class BuildContext:

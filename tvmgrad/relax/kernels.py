@@ -46,6 +46,14 @@ def _te_dims(names, dims):
     return [tirx.const(d, "int64") if d is not None else te.var(n, "int64") for n, d in zip(names, dims)]
 
 
+def _prim_func(params):
+    """The PrimFunc over ``params``, int64 throughout as Relax calls it (``te.create_prim_func``
+    alone starts every iteration domain at an int32 0, which schedule primitives such as
+    ``transform_layout`` reject next to int64 extents)."""
+    from tvm import te
+    return te.create_prim_func(params, index_dtype_override="int64")
+
+
 def _plan(op, key, make, pattern):
     return Plan(key=key, symbol=f"{op}_{_digest(key)}", make=make, args=(), pattern=pattern)
 
@@ -153,7 +161,7 @@ def batch_norm_grad_plan(view, dtype: str, param_dtype: str, *, training: bool, 
         dx = te.compute(shape, dx_f, name="x_grad")
         dgamma = te.compute((C,), lambda c: s_gxh[c].astype(param_dtype), name="scale_grad")
         dbeta = te.compute((C,), lambda c: s_g[c].astype(param_dtype), name="bias_grad")
-        return te.create_prim_func(inputs + [dx, dgamma, dbeta])
+        return _prim_func(inputs + [dx, dgamma, dbeta])
 
     return _plan("batch_norm_grad", key, make, "generic")
 
@@ -181,7 +189,7 @@ def matmul_plan(B, M, K, N, dtype: str, *, trans_x: bool = False, trans_y: bool 
                     lambda bi, n, k: load(y, (*bi, n, k) if trans_y else (*bi, k, n), dt), dt, gm, gn)
         cast = store(dt)
         out = te.compute((b_, m_, n_), lambda b, m, n: cast(main[b, m, n]), name="out")
-        return te.create_prim_func([x, y, out])
+        return _prim_func([x, y, out])
 
     return _plan("matmul", key, make, "gemm_dense")
 
@@ -227,7 +235,7 @@ def conv2d_plan(xshape, wshape, *, strides, padding, dilation, groups: int, layo
                             gm, gn, gk, dwise, index="int64")
         like = SimpleNamespace(shape=tuple(map(i64, out_view)))
         out = _act_out("out", like, main, idx, dt, last, 2)
-        return te.create_prim_func([x, w, out])
+        return _prim_func([x, w, out])
 
     plan = _plan("conv2d", key, make, "gemm_dense")
     return plan, (xshape[0],) + ((H, W, G, Cg) if last else (G, Cg, H, W)), (G, O // G, Cg, kh, kw), out_view
@@ -276,7 +284,7 @@ def conv2d_data_grad_plan(xshape, wshape, *, strides, padding, dilation, groups:
                               gm, gn, gk, dwise, index="int64")
         like = SimpleNamespace(shape=tuple(map(i64, g.xv)))
         dx = _act_out("x_grad", like, main, idx, dt, g.last, 2)
-        return te.create_prim_func([dy, w, dx])
+        return _prim_func([dy, w, dx])
 
     return _plan("conv2d_data_grad", key, make, "gemm_dense"), g
 
@@ -316,7 +324,7 @@ def conv2d_filter_grad_plan(xshape, wshape, *, strides, padding, dilation, group
         # (the crop reads the contraction affinely: (c, kh, kw) stays one axis, unflattened by a
         # reshape outside; the CPU schedule computes it per tile from registers)
         dw = te.compute((i64(g.G), i64(Mn), i64(Nn)), lambda gi, o, col: cast(main[gi, o, col]), name="w_grad")
-        return te.create_prim_func([x, dy, dw])
+        return _prim_func([x, dy, dw])
 
     return _plan("conv2d_filter_grad", key, make, "gemm_dense"), g
 
@@ -388,7 +396,7 @@ def conv2d_gemm_plan(xshape, wshape, *, strides, padding, dilation, groups: int,
                 n, gi, o, oh, ow = i
             return rows[gi, n * i64(P) + oh * i64(g.OW) + ow, o]
         out = te.compute(tuple(map(i64, g.ov)), out_f, name="out")
-        return te.create_prim_func([x, w, out])
+        return _prim_func([x, w, out])
 
     return _plan("conv2d_gemm", key, make, "gemm_dense"), g
 
@@ -445,7 +453,7 @@ def conv2d_data_grad_gemm_plan(xshape, wshape, *, strides, padding, dilation, gr
         folded = te.compute(tuple(map(i64, g.xv)), fold, name="conv_dx_fold")
         cast = store(dt)
         dx = te.compute(tuple(map(i64, g.xv)), lambda *i: cast(folded[i]), name="x_grad")
-        return te.create_prim_func([dy, w, dx])
+        return _prim_func([dy, w, dx])
 
     return _plan("conv2d_data_grad_gemm", key, make, "gemm_dense"), g
 
@@ -477,7 +485,7 @@ def strided_slice_grad_plan(xshape, outshape, slices, dtype: str) -> Plan:
                 idx.append(tirx.max(tirx.min(j, i64(outshape[a] - 1)), i64(0)))
             return tirx.Select(tirx.all(*conds), g[tuple(idx)], tirx.const(0, dtype))
         dx = te.compute(tuple(map(i64, xshape)), f, name="x_grad")
-        return te.create_prim_func([g, dx])
+        return _prim_func([g, dx])
 
     return _plan("strided_slice_grad", key, make, "generic")
 
@@ -530,6 +538,6 @@ def adaptive_avg_pool2d_grad_plan(xshape, outshape, layout: str, dtype: str) -> 
             return te.sum(tirx.Select(ok, v, tirx.const(0, acc)), axis=[rh, rw])
         red = te.compute(tuple(map(i64, xshape)), f, name="pool_grad")
         dx = te.compute(tuple(map(i64, xshape)), lambda *i: red[i].astype(dt.storage), name="x_grad")
-        return te.create_prim_func([g, dx])
+        return _prim_func([g, dx])
 
     return _plan("adaptive_avg_pool2d_grad", key, make, "generic")
