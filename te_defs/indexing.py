@@ -16,7 +16,8 @@ Data dtypes beyond the floats, where Paddle registers them: complex64/128 (tvmgr
 them as float32/64 with a trailing (re, im) dim of 2, which every float tensor of the kernel
 carries as one more innermost dim: data movement moves and sums both parts alike; ``ctx.pair`` tells
 a builder), integers (copies and sums in their own dtype, wrapping as Paddle's; divisions
-truncate as C++'s) and bool (a sum of bools is their OR, as Paddle's ``bool +=``).
+truncate as C++'s) and bool (a sum of bools is their OR, as Paddle's ``bool +=``);
+index_select_strided_grad also takes storage-only float8 (tvmgrad.dtypes), which it only moves.
 
 Kernel shapes: tensors are viewed as (outer, axis, inner) (or (outer, axis) when nothing follows
 the axis) where the op allows it, so one kernel serves every rank and axis. Sequential parts are
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype
+from tvmgrad.dtypes import COMPLEX, FLOAT8, FLOATS, dtype as as_dtype
 from tvmgrad.families.base import OpError
 from tvmgrad.families.index import index_op
 from tvmgrad.families.shape import dt_of
@@ -189,7 +190,7 @@ def _strided_view(call, metas, outs):
 
 
 @index_op(view=_strided_view, int_runtime=("index",), code_attrs=(),
-          dtypes=CPLX + ("bool",) + INT_DTYPES)
+          dtypes=CPLX + ("bool",) + INT_DTYPES + FLOAT8)      # float8: a select, no arithmetic
 def index_select_strided_grad(x, out_grad, index, axis):
     """x_grad = 0 except x_grad[.., index, ..] = out_grad  (0 <= index < x.shape[axis])."""
     dt = dt_of(out_grad)

@@ -21,14 +21,15 @@ equal to the output's size"), ``stack_grad``, ``meshgrid_grad``, ``partial_conca
 Dtypes: each op takes what Paddle registers for it (CPU or GPU). Complex tensors carry their trailing
 (re, im) dim after the dims of their view (tvmgrad.families.shape): index maps move both parts
 alike (``*c`` below) and sums keep it. Integers copy and sum in their own dtype (wrapping, as
-Paddle's kernels); bool sums are ORs (Paddle's bool expand_grad).
+Paddle's kernels); bool sums are ORs (Paddle's bool expand_grad). concat and concat_grad also
+take storage-only float8 (tvmgrad.dtypes): they only move its bits.
 """
 
 from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import COMPLEX, FLOAT8, FLOATS
 from tvmgrad import infer_meta
 from tvmgrad.families import pointwise
 from tvmgrad.families.broadcast import coalesce
@@ -44,7 +45,8 @@ from ._plan import split_axis
 
 CPLX = FLOATS + COMPLEX
 INTS = ("int32", "int64")
-ALL = CPLX + ("bool", "int8", "uint8", "int16") + INTS       # every dtype of tvmgrad's dtype layer
+ALL = CPLX + ("bool", "int8", "uint8", "int16") + INTS       # every dtype tvmgrad computes in
+MOVES = ALL + FLOAT8         # and storage-only float8 (tvmgrad.dtypes): kernels that only move data
 
 
 def _tail(t, rank):
@@ -83,7 +85,7 @@ def _concat_views_fwd(call, outs):
 
 
 @shape_op(infer_meta="ConcatInferMeta", static=("axis",), canon=_concat_canon,
-          views=_concat_views_fwd, dtypes=ALL)
+          views=_concat_views_fwd, dtypes=MOVES)
 def concat(x, axis):
     """The forward ``concat`` (concat_double_grad invokes it): out = [x_0 | x_1 | ...] along
     ``axis``. Seen as (outer, n_k·inner) pieces: out[o, j] = x_k[o, j - off_k] for the k with
@@ -122,7 +124,7 @@ def _concat_grad_views(call, outs):
 
 
 @shape_op(static=("axis",), canon=_concat_canon, views=_concat_grad_views,
-          validate=_concat_grad_check, dtypes=ALL)
+          validate=_concat_grad_check, dtypes=MOVES)
 def concat_grad(x, out_grad, axis):
     """x_grad[k] = out_grad's slice of x_k along ``axis``; seen as (outer, n_k·inner) matrices:
     x_grad[k][o, j] = out_grad[o, off_k + j]. One gather per piece, no kernel reads x."""

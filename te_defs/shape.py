@@ -28,7 +28,9 @@ as float32/64 with a trailing (re, im) dim of 2 (tvmgrad.dtypes): here every com
 kernel has that dim after the dims of its view (``ctx.pair`` tells a builder), and both parts move
 (or sum) alike. Integers copy and sum in their own dtype (wrapping as Paddle's); bool sums are ORs
 (overlapping windows, as a count != 0); a float attribute of an integer kernel (pad3d's
-pad_value) is truncated to it, as Paddle's static_cast.
+pad_value) is truncated to it, as Paddle's static_cast. float8 (storage only, tvmgrad.dtypes) is
+taken by the reshapes, views, diagonal_grad, as_strided_grad and tensor_unfold_grad (Paddle's
+float8 registrations), which move its bits; the last two reject it where views overlap (a sum).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import math
 
 import numpy as np
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import COMPLEX, FLOAT8, FLOATS
 from tvmgrad.families.shape import alias_op, dt_of, load, shape_op, total, zero
 from tvmgrad.infer_meta import MetaError, norm_axes, norm_axis
 from tvmgrad.infer_meta.shape import check_pad3d, pad3d_out_shape, squeeze_shape, unsqueeze_shape
@@ -65,13 +67,24 @@ def _run(call, fn, *args):
 
 CPLX = FLOATS + COMPLEX
 INTS = ("int8", "uint8", "int16", "int32", "int64")
-ALL = CPLX + ("bool",) + INTS            # every dtype tvmgrad's dtype layer has
+ALL = CPLX + ("bool",) + INTS            # every dtype tvmgrad's dtype layer computes in
+MOVES = ALL + FLOAT8                     # and storage-only float8: for kernels that only move data
 
 
 
 def _sum_dtype(dt) -> str:
     """The dtype a sum of ``dt`` runs in: its compute dtype; int32 for bool (a count)."""
     return "int32" if dt.name == "bool" else dt.compute
+
+
+def _no_float8_sums(call, overlaps):
+    """float8 is storage only (no arithmetic): a window or view whose elements share storage would
+    need their cotangents summed, so it is rejected (``overlaps``: does the call have such)."""
+    dt = call.meta("out_grad").dtype
+    if dt.name in FLOAT8 and overlaps:
+        raise TypeError(f"{call.op}: out_grad is {dt.name}, which tvmgrad only moves (it has no "
+                        f"arithmetic), but elements of this call's view overlap: their grads "
+                        f"would sum")
 
 
 def _from_sum(value, dt):
@@ -91,7 +104,7 @@ def _copy(src, shape_like):
     raise RuntimeError("a reshape never needs a kernel")
 
 
-@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL)
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=MOVES)
 def flatten_grad(xshape, out_grad):
     """x_grad = out_grad reshaped to x's shape (a view with alias=True, else a copy)."""
     return _copy(out_grad, xshape)
@@ -111,21 +124,21 @@ def _reshaped_check(fn, verb):
     return check
 
 
-@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL,
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=MOVES,
           validate=_reshaped_check(squeeze_shape, "squeezed"))
 def squeeze_grad(xshape, out_grad, axis):
     """x_grad = out_grad reshaped to x's shape (``axis`` only checks out_grad's shape)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="out_grad", shape_only=("xshape",), dtypes=ALL,
+@alias_op(source="out_grad", shape_only=("xshape",), dtypes=MOVES,
           validate=_reshaped_check(unsqueeze_shape, "unsqueezed"))
 def unsqueeze_grad(xshape, out_grad, axis):
     """x_grad = out_grad reshaped to x's shape (``axis`` only checks out_grad's shape)."""
     return _copy(out_grad, xshape)
 
 
-@alias_op(source="x", infer_meta="SqueezeWithXShapeInferMeta", dtypes=ALL,
+@alias_op(source="x", infer_meta="SqueezeWithXShapeInferMeta", dtypes=MOVES,
           validate=lambda call, outs: _run(call, squeeze_shape, call.meta("x").shape,
                                            call.attrs["axis"]))
 def squeeze(x, axis):
@@ -134,7 +147,7 @@ def squeeze(x, axis):
     return _copy(x, None), _copy(x, None)
 
 
-@alias_op(source="x", infer_meta="UnsqueezeWithXShapeInferMeta", dtypes=ALL)
+@alias_op(source="x", infer_meta="UnsqueezeWithXShapeInferMeta", dtypes=MOVES)
 def unsqueeze(x, axis):
     """The forward ``unsqueeze`` (unsqueeze_double_grad invokes it): out = x with size-1 dims
     inserted at ``axis`` (one by one, each relative to the rank so far); xshape = x."""
@@ -160,7 +173,7 @@ def _view_shape_check(call, outs):
                          f"{list(g.shape)} (the forward viewed input {list(inp.shape)} as dims)")
 
 
-@alias_op(source="out_grad", shape_only=("input",), validate=_view_shape_check, dtypes=ALL)
+@alias_op(source="out_grad", shape_only=("input",), validate=_view_shape_check, dtypes=MOVES)
 def view_shape_grad(input, out_grad, dims):
     """input_grad = out_grad viewed with input's shape (``dims`` is not needed)."""
     return _copy(out_grad, input)
@@ -178,9 +191,9 @@ def _view_dtype_shape(shape, src_size, dst_size):
     return tuple(shape[:-1]) + (last // dst_size,)
 
 
-# every dtype tvmgrad handles: Paddle registers view_dtype(_grad) for all of them
-VIEW_DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128", "bool", "int8",
-               "uint8", "int16", "int32", "int64")
+# every dtype tvmgrad handles: Paddle registers view_dtype(_grad) for all of them (float8: its bits
+# are reinterpreted, never computed on)
+VIEW_DTYPES = MOVES
 
 
 def _view_dtype_check(call, outs):
@@ -666,7 +679,7 @@ def _diagonal_check(call, outs):
                          f"x {list(x.shape)} with offset {k}, axis1 {a1} and axis2 {a2}")
 
 
-@shape_op(runtime=("offset",), validate=_diagonal_check, dtypes=ALL,
+@shape_op(runtime=("offset",), validate=_diagonal_check, dtypes=MOVES,
           canon=lambda call, outs: {"axis1": _diagonal_parts(call)[1],
                                     "axis2": _diagonal_parts(call)[2],
                                     "offset": (max(-int(call.attrs["offset"]), 0),
@@ -967,9 +980,16 @@ def _unfold_t_parts(call):
             "out_grad": (pre, nf, post, size)}
 
 
-@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="gather_sums", dtypes=ALL,
+def _unfold_t_overlaps(call):
+    """Do two windows share an element (more than one window and step < size)?"""
+    windows = _unfold_t_parts(call)["out_grad"][1]
+    return windows > 1 and int(call.attrs["step"]) < int(call.attrs["size"])
+
+
+@shape_op(runtime=("size", "step"), shape_only=("input",), pattern="gather_sums", dtypes=MOVES,
           validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
-                                        _unfold_t_parts(call)),
+                                        _unfold_t_parts(call),
+                                        _no_float8_sums(call, _unfold_t_overlaps(call))),
           canon=lambda call, outs: {"axis": None},
           views=lambda call, outs: _unfold_t_parts(call))
 def tensor_unfold_grad(input, out_grad, axis, size, step):
@@ -1020,15 +1040,27 @@ def _as_strided_parts(call):
     return off, strides, dims, ("inject" if inject else "overlap"), tuple(order)
 
 
+def _as_strided_overlaps(call):
+    """Do two view elements share an input element? (Only asked of float8 calls whose view the
+    greedy test of ``_as_strided_parts`` cannot prove injective: counted exactly on the host.)"""
+    off, strides, dims, mode, _ = _as_strided_parts(call)
+    if mode != "overlap" or call.meta("out_grad").dtype.name not in FLOAT8:
+        return False
+    positions = sum(np.arange(n, dtype=np.int64).reshape((-1,) + (1,) * (len(dims) - d - 1)) * s
+                    for d, (n, s) in enumerate(zip(dims, strides)))
+    positions = np.asarray(positions).reshape(-1)
+    return np.unique(positions).size < positions.size
+
+
 def _as_strided_canon(call, outs):
     off, strides, dims, mode, order = _as_strided_parts(call)
     return {"offset": off, "stride": strides, "dims": (mode, order)}
 
 
 @shape_op(runtime=("offset", "stride"), shape_only=("input",), canon=_as_strided_canon,
-          pattern="gather_sums", dtypes=ALL,
+          pattern="gather_sums", dtypes=MOVES,
           validate=lambda call, outs: (_same_dtype_check("input", "out_grad")(call, outs),
-                                        _as_strided_parts(call)),
+                                        _no_float8_sums(call, _as_strided_overlaps(call))),
           views=lambda call, outs: {"input": (math.prod(call.meta("input").shape),),
                                     "input_grad": (math.prod(call.meta("input").shape),)})
 def as_strided_grad(input, out_grad, dims, stride, offset, ctx):

@@ -1,8 +1,16 @@
 """The dtype layer: how a user's array dtype is stored in a TVM buffer and computed in TE.
 
-One place decides that half types compute in float32, that bfloat16 crosses DLPack as uint16 and
-that complex numbers (which TVM lacks) are stored as a trailing pair of reals. Kernels and the
-runtime ask this module; nobody else special-cases a dtype.
+One place decides that half types compute in float32, that bfloat16 crosses DLPack as uint16, that
+complex numbers (which TVM lacks) are stored as a trailing pair of reals and that float8 is stored
+as its uint8 bit pattern. Kernels and the runtime ask this module; nobody else special-cases a
+dtype.
+
+float8 (``FLOAT8``: e4m3fn, e5m2) is storage only: Paddle registers it for grads that move data
+(reshapes, views, gathers, concat), never for arithmetic. Its kernels are the uint8 kernels (a copy,
+a select against 0 and a zero fill are exact on bit patterns: +0.0 is 0x00 in both formats), and
+numpy/torch cannot export float8 over DLPack, so the runtime passes uint8 views. No dtype tuple
+here includes it: an op accepts float8 only by listing ``FLOAT8`` in its ``dtypes``, which it may
+do only if its kernels never compute on elements.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "dtype", "FLOATS", "HALF", "COMPLEX", "INTS", "ALL_INTS", "is_integer"]
+__all__ = ["DType", "dtype", "FLOATS", "HALF", "FLOAT8", "COMPLEX", "INTS", "ALL_INTS", "is_integer"]
 
 
 @dataclass(frozen=True)
@@ -22,7 +30,7 @@ class DType:
     storage: str          # TVM dtype of a buffer element
     lanes: int            # 2 for complex (a trailing dim of real/imag pairs), else 1
     compute: str          # TVM dtype the math runs in
-    kind: str             # "float", "complex", "int", "bool"
+    kind: str             # "float", "complex", "int", "bool", "float8" (storage only)
 
     @property
     def is_float(self) -> bool:
@@ -30,16 +38,27 @@ class DType:
 
     @property
     def dlpack_view(self) -> np.dtype | None:
-        """numpy dtype to view the array as before DLPack export (numpy can't export bfloat16)."""
-        return np.dtype(np.uint16) if self.name == "bfloat16" else (
-            np.dtype(self.storage) if self.lanes == 2 else None)
+        """numpy dtype to view the array as before DLPack export (numpy can't export bfloat16 or
+        float8)."""
+        if self.name == "bfloat16":
+            return np.dtype(np.uint16)
+        return np.dtype(self.storage) if self.lanes == 2 or self.kind == "float8" else None
+
+    @property
+    def viewed_from_every_framework(self) -> bool:
+        """Do DLPack arrays of every framework (not only numpy's) reach a kernel viewed in the
+        storage dtype? float8's do: torch and paddle export float8, its kernels take uint8."""
+        return self.kind == "float8"
 
     def __str__(self) -> str:
         return self.name
 
 
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")     # numpy dtypes from ml_dtypes
+
+
 def _make(name, storage=None, lanes=1, compute=None, kind="float"):
-    npd = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    npd = np.dtype(getattr(ml_dtypes, name)) if name in _ML_DTYPES else np.dtype(name)
     storage = storage or name
     return DType(name, npd, storage, lanes, compute or storage, kind)
 
@@ -57,6 +76,8 @@ _ALL = {
     "int16": _make("int16", kind="int"),
     "int32": _make("int32", kind="int"),
     "int64": _make("int64", kind="int"),
+    "float8_e4m3fn": _make("float8_e4m3fn", storage="uint8", kind="float8"),
+    "float8_e5m2": _make("float8_e5m2", storage="uint8", kind="float8"),
 }
 
 FLOATS = ("float32", "float64", "float16", "bfloat16")
@@ -64,6 +85,7 @@ HALF = ("float16", "bfloat16")
 COMPLEX = ("complex64", "complex128")
 INTS = ("int32", "int64")
 ALL_INTS = ("int8", "uint8", "int16", "int32", "int64")
+FLOAT8 = ("float8_e4m3fn", "float8_e5m2")     # storage only: for ops that never compute (above)
 
 
 def is_integer(name: str) -> bool:

@@ -81,7 +81,7 @@ def empty(dims, dtype: str, dev):
 
 def copy(src, dst) -> None:
     """Copy between two contiguous TVM tensors of the same byte size (any devices)."""
-    _global("runtime.TVMTensorCopyFromTo")(src, dst, None)
+    _global("runtime.TVMTensorCopyFromTo")(src, dst)
 
 
 def device(kind: str, index: int = 0):
@@ -250,10 +250,10 @@ class Foreign:
             to_host(tensor, view)
             return host
         tensor = self.tensor()
-        if dt.name == "bfloat16":
+        if dt.dlpack_view is not None and dt.lanes == 1:      # bfloat16, float8
             if not tensor.is_contiguous():
                 return np.asarray(Foreign(contiguous(self.obj)))
-            return np.from_dlpack(create_view(tensor, self.shape, "uint16")).view(dt.numpy)
+            return np.from_dlpack(create_view(tensor, self.shape, str(dt.dlpack_view))).view(dt.numpy)
         if dt.lanes == 2:                 # complex: tvm_ffi cannot name DLPack's complex dtype
             return np.from_dlpack(self.obj)
         return np.from_dlpack(tensor)
@@ -355,7 +355,8 @@ def _torch_dtypes() -> dict:
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
             "float64": torch.float64, "complex64": torch.complex64, "complex128": torch.complex128,
             "bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
-            "int32": torch.int32, "int64": torch.int64}
+            "int32": torch.int32, "int64": torch.int64, "float8_e4m3fn": torch.float8_e4m3fn,
+            "float8_e5m2": torch.float8_e5m2}
 
 
 def torch_dtype(dt):
@@ -382,11 +383,11 @@ def allocate(framework: str, dims: tuple, dt, where: tuple[str, int]):
     if kind == HOST:
         if dt.dlpack_view is None or dt.lanes == 2:   # numpy exports complex, not bfloat16
             return wrap(framework, np.empty(dims, dt.numpy))
-        tensor = empty(dims, dt.storage, device(HOST, 0))
+        tensor = empty(dims, dt.name, device(HOST, 0))       # (float8: not its uint8 storage)
     else:
         if dt.lanes == 2:
             raise TypeError(f"tvmgrad cannot allocate a complex {framework} array on a GPU")
-        tensor = empty(dims, dt.storage, device(CUDA, index))
+        tensor = empty(dims, dt.name, device(CUDA, index))
     return wrap(framework, tensor)
 
 

@@ -336,8 +336,8 @@ def _describe(where) -> str:
 # The bound plan
 
 # how an argument reaches the kernel: P (pass the array itself: tvm_ffi takes numpy and DLPack
-# objects as they are), V (a view: another shape, or the storage dtype of bfloat16 numpy arrays
-# and of complex arrays), S (scalar)
+# objects as they are), V (a view: another shape, or the storage dtype of bfloat16 numpy arrays,
+# of complex arrays and of float8 arrays), S (scalar)
 _PASS, _VIEW, _SCALAR = 0, 1, 2
 
 
@@ -399,7 +399,8 @@ class _Bound:
             if dt.lanes == 2:
                 dims += (2,)
             view = (dims != own or dt.lanes == 2 or math.prod(dims) == 0
-                    or (fw == "numpy" and dt.dlpack_view is not None))
+                    or (fw == "numpy" or dt.viewed_from_every_framework)
+                    and dt.dlpack_view is not None)
             self.recipe.append((_VIEW if view else _PASS, a.kind == "input", a.name, a.index,
                                 (rt.shape(dims) if view else None, dims, dt)))
         self.simple = (self.mode == "host" and not plan.aliases)
