@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "dtype", "FLOATS", "HALF", "FLOAT8", "COMPLEX", "INTS", "ALL_INTS", "is_integer"]
+__all__ = ["DType", "dtype", "FLOATS", "HALF", "FLOAT8", "COMPLEX", "INTS", "ALL_INTS",
+           "is_integer"]
 
 
 @dataclass(frozen=True)

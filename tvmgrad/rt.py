@@ -253,7 +253,8 @@ class Foreign:
         if dt.dlpack_view is not None and dt.lanes == 1:      # bfloat16, float8
             if not tensor.is_contiguous():
                 return np.asarray(Foreign(contiguous(self.obj)))
-            return np.from_dlpack(create_view(tensor, self.shape, str(dt.dlpack_view))).view(dt.numpy)
+            bits = create_view(tensor, self.shape, str(dt.dlpack_view))
+            return np.from_dlpack(bits).view(dt.numpy)
         if dt.lanes == 2:                 # complex: tvm_ffi cannot name DLPack's complex dtype
             return np.from_dlpack(self.obj)
         return np.from_dlpack(tensor)
