@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tvmgrad.dtypes import COMPLEX, FLOATS
+from tvmgrad.dtypes import ALL_INTS, COMPLEX, FLOATS, INTS
 from tvmgrad.families import OpError, pointwise
 from tvmgrad.families.broadcast import coalesce
 from tvmgrad.families.view import view_op
@@ -19,6 +19,7 @@ from tvmgrad.lazy import te, tirx
 
 from ._math import const, float_attr, where
 from ._reduction import cdtype, ld, need_same_shape, store
+from ._scatter import div
 
 INDEX = ("int32", "int64")
 
@@ -236,7 +237,7 @@ def _reduce_as_views(call, outs):
             dict(zip(names, groups)))
 
 
-@view_op(views=_reduce_as_views, dtypes=FLOATS + COMPLEX)
+@view_op(views=_reduce_as_views, dtypes=FLOATS + COMPLEX + ("bool",) + ALL_INTS)
 def reduce_as_grad(x, target, out_grad):
     """x_grad = out_grad broadcast to x's shape (reduce_as sums x down to target's shape; a
     complex pair moves as it is)"""
@@ -346,11 +347,12 @@ def _seg_check(call, outs):
 
 
 @view_op(views=_seg_views, check=_seg_check, float_inputs=("x", "out", "summed_ids", "out_grad"),
-         index_dtypes=INDEX, pattern="red_rows")
+         index_dtypes=INDEX, pattern="red_rows", dtypes=FLOATS + INTS)
 def segment_pool_grad(x, segment_ids, out, summed_ids, out_grad, pooltype):
     """x_grad[i] = out_grad[s] with s = segment_ids[i] (SUM); out_grad[s]/count(s) (MEAN, count the
-    rows of segment s: from summed_ids when given, else counted); out_grad[s]·[x[i] = out[s]]
-    (MAX/MIN: every tied row gets the full grad)"""
+    rows of segment s: from summed_ids when given, else counted; integers divide truncating, as
+    Paddle's ``out_g / static_cast<T>(h)``); out_grad[s]·[x[i] = out[s]] (MAX/MIN: every tied
+    row gets the full grad)"""
     dt = cdtype(x)
     n_, w_ = x.shape
 
@@ -373,7 +375,7 @@ def segment_pool_grad(x, segment_ids, out, summed_ids, out_grad, pooltype):
 
         def body(i, j):
             s = seg(i)
-            return store(x, ld(out_grad, s, j) / count(s))
+            return store(x, div(ld(out_grad, s, j), count(s)))    # integers: truncated
     elif pooltype == "SUM":
         def body(i, j):
             return store(x, ld(out_grad, seg(i), j))

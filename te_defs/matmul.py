@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS, dtype as as_dtype, to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, INTS, dtype as as_dtype, to_compute
 from tvmgrad.families.complex import Complex
 from tvmgrad.families.dense import View, dense_op
 from tvmgrad.infer_meta import is_one, norm_axis
@@ -189,7 +189,7 @@ def _dot_views(call, outs):
                 {"B": b, "N": x[-1]})
 
 
-@dense_op(views=_dot_views, pattern="generic", dtypes=CPLX)
+@dense_op(views=_dot_views, pattern="generic", dtypes=CPLX + INTS)
 def dot_grad(x, y, out_grad, ctx):
     """x_grad = out_grad · conj(y), y_grad = out_grad · conj(x) (per row for 2-D inputs; conj
     only for complex, as Paddle's)."""
@@ -256,7 +256,7 @@ def _cross_views(call, outs):
                 {"P": math.prod(x[:axis]), "Q": math.prod(x[axis + 1:])})
 
 
-@dense_op(views=_cross_views, pattern="generic", dtypes=CPLX)
+@dense_op(views=_cross_views, pattern="generic", dtypes=CPLX + INTS)
 def cross_grad(x, y, out_grad, axis, ctx):
     """x_grad[j] = g[j+2]·y[j+1] − g[j+1]·y[j+2], y_grad[j] = g[j+1]·x[j+2] − g[j+2]·x[j+1]
     (indices mod 3 along the axis; Paddle's order of operations; complex: conj(y), conj(x))."""
@@ -299,7 +299,7 @@ def _trace_views(call, outs):
                 {f"r{i}": d for i, d in enumerate(rest)}, (a1, a2))
 
 
-@dense_op(views=_trace_views, pattern="generic", dtypes=CPLX)
+@dense_op(views=_trace_views, pattern="generic", dtypes=CPLX + INTS)
 def trace_grad(x, out_grad, offset, axis1, axis2, ctx):
     """x_grad = out_grad on the diagonal (offset) of axes (axis1, axis2), 0 elsewhere (a complex
     pair moves as it is)."""
@@ -330,7 +330,7 @@ def _kron_views(call, outs):
     return View({"x": xt, "x_grad": xt, "y": yt, "y_grad": yt, "out_grad": gt}, sizes)
 
 
-@dense_op(views=_kron_views, pattern="generic", dtypes=CPLX)
+@dense_op(views=_kron_views, pattern="generic", dtypes=CPLX + INTS)
 def kron_grad(x, y, out_grad, ctx):
     """out[i·|y| + j] = x[i]·y[j] per dim (ranks aligned with leading 1s): x_grad[i] = Σ_j
     out_grad[i, j]·y[j], y_grad[j] = Σ_i out_grad[i, j]·x[i] (out_grad viewed as (i0, j0, i1,

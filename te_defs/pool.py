@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from tvmgrad.dtypes import dtype as as_dtype, to_compute
+from tvmgrad.dtypes import FLOATS, dtype as as_dtype, to_compute
 from tvmgrad.families.dense import View, dense_op
 from tvmgrad.families.signature import PrimFuncResult
 from tvmgrad.lazy import te
@@ -243,7 +243,7 @@ def _unpool_views(call, outs):
 
 
 @dense_op(views=_unpool_views, float_inputs=("x", "out", "out_grad"), pattern="generic",
-          ignore=("ksize", "strides", "paddings", "output_size"))
+          ignore=("ksize", "strides", "paddings", "output_size"), dtypes=FLOATS + ("int64",))
 def unpool3d_grad(x, indices, out, out_grad, ksize, strides, paddings, output_size, data_format):
     """x_grad[n,c,i] = out_grad[n,c, indices[n,c,i]] (unpool put x[n,c,i] there)."""
     dt = as_dtype(out_grad.dtype)

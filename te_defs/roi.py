@@ -36,13 +36,14 @@ import math
 
 import numpy as np
 
-from tvmgrad.dtypes import to_compute
+from tvmgrad.dtypes import FLOATS, is_integer, to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
 from ._extern import acc_dtype, cast_to, extern, i64, proxy
-from ._math import cast, const, f64, where
+from ._math import cast, const, f32, f64, where
 from ._plan import fail, host_array
+from ._scatter import div
 
 MAX_SAMPLES = 1 << 24      # samples per bin beyond which roi_align refuses (it would run ~forever)
 
@@ -180,28 +181,43 @@ def _range(T, starts_p, num_p, n, R):
     return T.bind(starts_p[n]), T.bind(i64(num_p[n]))
 
 
+def _sub_bin(i, dtype):
+    """Paddle's ``static_cast<T>(i + .5f)``: the sample's offset in the bin (i for integer T)."""
+    return cast(cast(i, "float32") + const(0.5, "float32"), dtype)
+
+
 def _zero_plane(T, O, n, c, H, W, dtype):
     with T.serial(0, i64(H)) as y:
         with T.serial(0, i64(W)) as x:
             O[n, c, y, x] = const(0.0, dtype)
 
 
-@sample_op(host=_roi_align_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
+@sample_op(host=_roi_align_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners",
+           dtypes=FLOATS + ("int32",))
 def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, spatial_scale,
                    sampling_ratio, aligned, ctx):
     """x_grad[n, c] += Σ_{ROIs r of image n, bins, samples} bilinear weights of the sample ·
-    out_grad[r, c, bin] / samples per bin"""
+    out_grad[r, c, bin] / samples per bin
+
+    int32 (Paddle's CPU kernel with T = int): the box corners are the float box·spatial_scale
+    truncated (the 0.5 of ``aligned`` is T(0.5) = 0), every division truncates, the sample
+    offsets are (iy·bin)/grid; a sample's weights truncate to 1 at its low corner and 0 at the
+    others, so each sample adds out_grad / samples per bin to one pixel."""
     st, dt = ctx.info, ctx.dtype
     ph_n, pw_n, ratio, al = st["ph"], st["pw"], st["ratio"], st["aligned"]
     adt = acc_dtype(dt)
     T_ = adt                                  # Paddle computes in T (float32 for half types)
+    ints = is_integer(T_)
     # x is no_need_buffer: its sizes are vars bound by the x_grad buffer (C is out_grad's)
     N, C, H, W = x.shape[0], out_grad.shape[1], x.shape[2], x.shape[3]
     R = boxes.shape[0]
     scale = cast(spatial_scale, T_)                 # a runtime scalar (the host's float32 value)
-    off = const(0.5 if al else 0.0, T_)
+    off = const(0.5 if al and not ints else 0, T_)
 
     def bx(k):
+        if ints:                                    # int · float is a float, truncated to T
+            return te.compute((R,), lambda r: cast(f32(boxes[r, k]) * spatial_scale, T_),
+                              name=f"box{k}")
         return te.compute((R,), lambda r: cast(to_compute(boxes[r, k], dt), T_) * scale,
                           name=f"box{k}")
 
@@ -217,11 +233,14 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
 
     size_w = extent(0, 2, "roi_w")
     size_h = extent(1, 3, "roi_h")
-    bin_w = te.compute((R,), lambda r: size_w[r] / const(float(pw_n), T_), name="bin_w")
-    bin_h = te.compute((R,), lambda r: size_h[r] / const(float(ph_n), T_), name="bin_h")
+    bin_w = te.compute((R,), lambda r: div(size_w[r], const(pw_n, T_)), name="bin_w")
+    bin_h = te.compute((R,), lambda r: div(size_h[r], const(ph_n, T_)), name="bin_h")
     if ratio > 0:
         grid_h = te.compute((R,), lambda r: i64(ratio), name="grid_h")
         grid_w = te.compute((R,), lambda r: i64(ratio), name="grid_w")
+    elif ints:                                      # ceil of an integer quotient: the quotient
+        grid_h = te.compute((R,), lambda r: i64(bin_h[r]), name="grid_h")
+        grid_w = te.compute((R,), lambda r: i64(bin_w[r]), name="grid_w")
     else:
         grid_h = te.compute((R,), lambda r: i64(tirx.ceil(size_h[r] / const(float(ph_n), T_))),
                             name="grid_h")
@@ -259,11 +278,9 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
                     with T.serial(0, pw_n) as q:
                         g = cast(to_compute(G[r, c, p, q], dt), T_)
                         with T.serial(0, gh) as iy:
-                            y0 = YB[r, p] + cast(cast(iy, "float32") + const(0.5, "float32"), T_) \
-                                * BH[r] / cast(gh, T_)
+                            y0 = YB[r, p] + div(_sub_bin(iy, T_) * BH[r], cast(gh, T_))
                             with T.serial(0, gw) as ix:
-                                x0 = XB[r, q] + cast(cast(ix, "float32") + const(0.5, "float32"), T_) \
-                                    * BW[r] / cast(gw, T_)
+                                x0 = XB[r, q] + div(_sub_bin(ix, T_) * BW[r], cast(gw, T_))
                                 valid = tirx.all(y0 >= -one, y0 <= Hf, x0 >= -one, x0 <= Wf)
                                 with T.If(valid):
                                     with T.Then():
@@ -285,7 +302,8 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
                                         hx = one - lx
                                         for (yi, xi, w) in ((ylow, xlow, hy * hx), (ylow, xhigh, hy * lx),
                                                             (yhigh, xlow, ly * hx), (yhigh, xhigh, ly * lx)):
-                                            O[n, c, yi, xi] = O[n, c, yi, xi] + cast(g * w / countf, od)
+                                            share = cast(div(g * w, countf), od)
+                                            O[n, c, yi, xi] = O[n, c, yi, xi] + share
 
         body.block("scatter", blk, par=[outs[0].shape[0], C], reads=list(ins), writes=list(outs))
 
@@ -293,7 +311,8 @@ def roi_align_grad(x, boxes, boxes_num, out_grad, pooled_height, pooled_width, s
     return cast_to(acc, dt, "x_grad")
 
 
-@sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners")
+@sample_op(host=_roi_pool_host, float_inputs=("x", "boxes", "out_grad"), pattern="gather_owners",
+           dtypes=FLOATS + ("int32",))
 def roi_pool_grad(x, boxes, boxes_num, arg_max, out_grad, pooled_height, pooled_width,
                   spatial_scale, ctx):
     """x_grad[n, c, arg_max[r, c, i, j]] += out_grad[r, c, i, j] for the ROIs r of image n

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from tvmgrad.dtypes import COMPLEX, FLOATS, to_compute
+from tvmgrad.dtypes import COMPLEX, FLOATS, INTS, to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
@@ -60,7 +60,7 @@ def _ola_host(call, outs, dt):
 
 
 @sample_op(host=_ola_host, float_inputs=("x", "out_grad"), pattern="gather_owners",
-           dtypes=FLOATS + COMPLEX)
+           dtypes=FLOATS + COMPLEX + INTS)
 def overlap_add_grad(x, out_grad, hop_length, axis, ctx):
     """x_grad[..., l, f] = out_grad[..., f·hop_length + l] (axis −1; the mirror for axis 0; a
     complex pair moves as it is)"""

@@ -9,7 +9,9 @@ sin/cos double and triple grads have no Paddle entry point for integers (sin_gra
 float-only, so autograd never reaches them): their oracle is the functor's C++ in numpy. The scan
 grads (cumsum int8..int64, cumprod and cummax/cummin int32/int64) sum and multiply wrapping; the
 sort/select grads (argsort also uint8/int16) move out_grad to the forward's indices, nanmedian's
-shares truncated.
+shares truncated. reduce_as (bool too), segment_pool, cross/dot/kron/trace, unpool3d (int64),
+roi_align/roi_pool (int32) and overlap_add gather, broadcast and contract in the integer type; MEAN
+pooling and roi_align divide truncating.
 """
 
 from __future__ import annotations
@@ -250,3 +252,95 @@ def test_nanmedian_grad(dtype, mode):
         want = C.nanmedian_grad(_t(x), out, med, _t(g), axis, keepdim, mode)
         _same(_run("nanmedian_grad", {"x": x, "medians": med.numpy(), "out_grad": g},
                    {"axis": axis, "keepdim": keepdim, "mode": mode}), {"x_grad": want})
+
+
+# ------------------------------------------------------------------------------------------
+# gathers, broadcasts and small contractions: integer sums wrap, MEAN and roi_align divide
+# truncating
+
+@pytest.mark.parametrize("dtype", ALL)
+def test_reduce_as_grad(dtype):
+    x, g = _ints(dtype, (3, 4, 5), seed=1), _ints(dtype, (4, 1), seed=3)
+    want = C.reduce_as_grad(_t(x), _t(g), _t(g))
+    _same(tvmgrad.run("reduce_as_grad", {"x": x, "target": g, "out_grad": g}), {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_segment_pool_grad(dtype):
+    x = _ints(dtype, (6, 3), seed=1, small=True)
+    x[1] = x[0]                                                # a tie in segment 0
+    ids = np.array([0, 0, 0, 2, 2, 3], "int32")                # segment 1 is empty
+    g = _ints(dtype, (4, 3), seed=3)
+    counts = np.array([3, 0, 2, 1], dtype)
+    for pool in ("SUM", "MEAN", "MAX", "MIN"):
+        out = C.segment_pool(_t(x), _t(ids), pool)
+        for summed in ((None, counts) if pool == "MEAN" else (None,)):
+            want = C.segment_pool_grad(_t(x), _t(ids), out, None if summed is None else _t(summed),
+                                       _t(g), pool)
+            _same(tvmgrad.run("segment_pool_grad", {"x": x, "segment_ids": ids, "out": out.numpy(),
+                                                    "summed_ids": summed, "out_grad": g},
+                              {"pooltype": pool}), {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_dot_cross_trace_kron_grads(dtype):
+    x, y, g = _ints(dtype, (4, 5), seed=1), _ints(dtype, (4, 5), seed=2), _ints(dtype, (4,), seed=3)
+    want = C.dot_grad(_t(x), _t(y), _t(g))
+    _same(tvmgrad.run("dot_grad", {"x": x, "y": y, "out_grad": g}),
+          {"x_grad": want[0], "y_grad": want[1]})
+    x, y, g = (_ints(dtype, (2, 3, 4), seed=s) for s in (1, 2, 3))
+    want = C.cross_grad(_t(x), _t(y), _t(g), 1)
+    _same(tvmgrad.run("cross_grad", {"x": x, "y": y, "out_grad": g}, {"axis": 1}),
+          {"x_grad": want[0], "y_grad": want[1]})
+    x, g = _ints(dtype, (3, 4, 5), seed=1), _ints(dtype, (5,), seed=3)
+    want = C.trace_grad(_t(x), _t(g), 1, 0, 1)
+    _same(tvmgrad.run("trace_grad", {"x": x, "out_grad": g}, {"offset": 1, "axis1": 0, "axis2": 1}),
+          {"x_grad": want})
+    x, y = _ints(dtype, (2, 3), seed=1), _ints(dtype, (3, 2, 2), seed=2)
+    g = _ints(dtype, (3, 4, 6), seed=3)
+    want = C.kron_grad(_t(x), _t(y), _t(g))
+    _same(tvmgrad.run("kron_grad", {"x": x, "y": y, "out_grad": g}),
+          {"x_grad": want[0], "y_grad": want[1]})
+
+
+def test_unpool3d_grad_int64():
+    pooled, idx = C.max_pool3d_with_index(_t(np.random.default_rng(0).standard_normal(
+        (2, 3, 4, 4, 4)).astype("float32")), [2, 2, 2], [2, 2, 2], [0, 0, 0], False, False, False)
+    x, g = _ints("int64", (2, 3, 2, 2, 2), seed=1), _ints("int64", (2, 3, 4, 4, 4), seed=3)
+    geometry = ([2, 2, 2], [2, 2, 2], [0, 0, 0], [4, 4, 4], "NCDHW")
+    out = C.unpool3d(_t(x), idx, *geometry)
+    want = C.unpool3d_grad(_t(x), idx, out, _t(g), *geometry)
+    attrs = dict(zip(("ksize", "strides", "paddings", "output_size", "data_format"), geometry))
+    _same(tvmgrad.run("unpool3d_grad", {"x": x, "indices": idx.numpy(), "out": out.numpy(),
+                                        "out_grad": g}, attrs), {"x_grad": want})
+
+
+def test_roi_align_and_roi_pool_grads_int32():
+    """int32 feature maps and boxes (Paddle's CPU kernels with T = int): truncated box corners,
+    bins and sample offsets; each sample adds out_grad / samples to its low corner."""
+    x = np.zeros((2, 3, 9, 11), "int32")
+    boxes = np.array([[0, 0, 8, 8], [1, 2, 10, 7], [3, 1, 4, 9], [2, 2, 3, 3], [0, 0, 11, 9]],
+                     "int32")
+    num = np.array([2, 3], "int32")
+    g = np.random.default_rng(3).integers(-1000, 1000, (5, 3, 2, 3)).astype("int32")
+    ins = {"x": x, "boxes": boxes, "boxes_num": num, "out_grad": g}
+    for scale, ratio, aligned in ((1.0, -1, False), (0.5, 2, False), (0.7, -1, True),
+                                  (1.3, 1, False), (2.0, -1, False)):
+        want = C.roi_align_grad(_t(x), _t(boxes), _t(num), _t(g), 2, 3, scale, ratio, aligned)
+        _same(tvmgrad.run("roi_align_grad", ins, {"pooled_height": 2, "pooled_width": 3,
+                                                  "spatial_scale": scale, "sampling_ratio": ratio,
+                                                  "aligned": aligned}), {"x_grad": want})
+    arg_max = np.random.default_rng(4).integers(-1, 99, (5, 3, 2, 3))
+    want = C.roi_pool_grad(_t(x), _t(boxes), _t(num), _t(arg_max), _t(g), 2, 3, 1.0)
+    _same(tvmgrad.run("roi_pool_grad", {**ins, "arg_max": arg_max},
+                      {"pooled_height": 2, "pooled_width": 3, "spatial_scale": 1.0}),
+          {"x_grad": want})
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_overlap_add_grad(dtype):
+    for axis, xshape, gshape in ((-1, (2, 4, 3), (2, 10)), (0, (3, 4, 2), (10, 2))):
+        x, g = np.zeros(xshape, dtype), _ints(dtype, gshape, seed=3)
+        want = C.overlap_add_grad(_t(x), _t(g), 3, axis)
+        _same(tvmgrad.run("overlap_add_grad", {"x": x, "out_grad": g},
+                          {"hop_length": 3, "axis": axis}), {"x_grad": want})
