@@ -5,7 +5,8 @@ inlined).
 
 * rows leading (reduced dims innermost in memory): the rows run in parallel; each row's
   reductions (and per-row scalars, ``scalar``) are computed right before its outputs (the row
-  stays in cache);
+  stays in cache), each in vector lanes (``_lane_sums``: a serial sum of a row is bound by the
+  add latency, ~2 GB/s);
 * reduced axis in the middle (e.g. softmax over axis 1 of (pre, n, post)): parallel over
   ``pre``; per ``pre`` the reductions sweep the (n, post) slab row by row into a ``post``-long
   vector of partial results (contiguous, vectorisable), then the outputs;
@@ -25,6 +26,7 @@ from ..loops import each_nest, set_scopes
 from ..red_rows_roles import (attach_followers, inline_internal, kept_loops, output_groups, role,
                               unpack_group)
 from ..schedule_rule import ScheduleRule
+from ._isa import vector_unit
 from ._parallel import parallel, serial_reduction, spatial
 
 __all__ = ["schedule", "RULE"]
@@ -34,7 +36,7 @@ def schedule(sch, target=None):
     inline_internal(sch)
     done = set()
     for group in output_groups(sch):
-        done |= _fused_rows(sch, group)
+        done |= _fused_rows(sch, group, target)
     blocks = [b for b in top_blocks(sch) if sch.get(b).name_hint not in done]
     for info in each_nest(sch, blocks):
         if int(sch.get(info.loops[0]).kind) != 0:
@@ -51,7 +53,7 @@ def schedule(sch, target=None):
     return sch.mod
 
 
-def _fused_rows(sch, group) -> set:
+def _fused_rows(sch, group, target) -> set:
     ro, followers, rs_blocks, names = unpack_group(sch, group, spatial)
     if not rs_blocks:
         return names
@@ -74,12 +76,13 @@ def _fused_rows(sch, group) -> set:
         return names
     outer = parallel(sch, loops[:lead])
     attach_followers(sch, followers, outer)
-    # each row's reductions run right before its outputs (the row is still in cache). (They
-    # stay scalar loops: TVM 0.27's rfactor into vector partial sums drops the split's bound
-    # predicate for a symbolic extent, i.e. reads out of bounds.)
-    for rs in rs_blocks:                 # consumers first: each one is placed before its producers
-        sch.compute_at(rs, outer, preserve_unit_loops=False)
+    if target is not None:
+        rs_blocks = _one_reduction(sch, rs_blocks)
+    # each row's reductions run right before its outputs (the row is still in cache); consumers
+    # first, each placed before its producers, and each scheduled as soon as it is placed (while
+    # it is the row loop's first child, as rfactor requires)
     for rs in rs_blocks:
+        sch.compute_at(rs, outer, preserve_unit_loops=False)
         info = analyze(sch, rs)
         inner = [(lp, k) for lp, k in zip(info.loops[1:], info.loop_kinds[1:])
                  if const_extent(sch, lp) != 1]
@@ -88,10 +91,64 @@ def _fused_rows(sch, group) -> set:
         if red and spat:
             # the reduced loops go outside the kept ones: whole contiguous rows per step
             sch.reorder(*red, *spat)
+        elif red and target is not None and len(rs_blocks) == 1:
+            moved = _lane_sums(sch, rs, red, outer, target)
+            if moved is not None:
+                outer = moved
+                red = analyze(sch, rs).reduce_loops   # now the loop over the lanes
         if red:
             sch.decompose_reduction(rs, red[0])
         set_scopes(sch, rs, "local")
     return names
+
+
+def _one_reduction(sch, rs_blocks) -> list:
+    """A row's blocks with its per-row scalars inlined where that leaves it one reduction (what
+    ``_lane_sums`` needs: its partial block lands in a loop of its own, and the blocks after it
+    can follow it there only if none reads a block still outside). LLVM hoists a scalar so
+    inlined out of the loop over the row."""
+    reductions = [b for b in rs_blocks if role(sch, b) == "reduce"]
+    if len(reductions) != 1 or len(rs_blocks) == 1:
+        return rs_blocks
+    for block in rs_blocks:
+        if block not in reductions and sch.get_producers(block):
+            return rs_blocks          # a scalar of reduced values: computed once per row
+    for block in rs_blocks:
+        if block not in reductions:
+            sch.compute_inline(block)
+    return reductions
+
+
+def _lane_sums(sch, rs, red, outer, target):
+    """A row reduction whose innermost reduced loop walks contiguous memory summed in vector
+    lanes: that loop split by ``2 x`` the accumulator's lanes (two independent vector chains) and
+    factored out (``rfactor``) into a per-lane partial block, vectorised over the lanes, which
+    the reduction then sums. -> the row loop the row's blocks now share (None: not applied).
+
+    rfactor puts the partial block in a copy of ``outer`` (the parallel row loop) ahead of it;
+    the blocks already in ``outer`` are moved after it into that copy (``reverse_compute_at``)
+    rather than the partial block into ``outer``: a block moved by ``compute_at`` loses the
+    split's bound predicate (TVM 0.27), i.e. reads past the row. It runs right after ``rs`` is
+    placed, while it is ``outer``'s first child (as rfactor requires). The loop-partition hint
+    splits the vector steps that never meet that predicate from the tail that does, so the
+    main loop is branch-free vector code (without it the predicate stays in the loop: no faster
+    than the serial sum)."""
+    acc = str(sch.get(rs).writes[0].source.dtype)
+    lanes = 2 * vector_unit(target).lanes(acc)
+    extent = const_extent(sch, red[-1])
+    if extent is not None and extent < 2 * lanes:
+        return None                   # a short row: the serial sum is as fast
+    _, lane = sch.split(red[-1], [None, lanes])
+    partial = sch.rfactor(lane, len(sch.get(rs).writes[0].region))
+    loops = sch.get_loops(partial)     # [row, the reduced loops, the vector steps, the lanes]
+    row = loops[0]
+    for block in sch.get_child_blocks(outer):
+        sch.reverse_compute_at(block, row, preserve_unit_loops=True)
+    sch.vectorize(loops[-1])
+    sch.annotate(loops[-2], "pragma_loop_partition_hint", 1)
+    sch.decompose_reduction(partial, loops[-1 - len(red)])
+    sch.set_scope(partial, 0, "local")
+    return row
 
 
 RULE = ScheduleRule("red_rows", schedule, fused_rows)
