@@ -1,6 +1,8 @@
 """Every implemented op compiles for CUDA for real: TVM codegen, then nvcc/ptxas to cubin for sm_80
-and sm_90 (sm_90 and the half/double dtypes with -m slow: CI runs them after the default run), with
-every kernel bound to threads and no local-memory spills.
+and sm_90, with every kernel bound to threads and no local-memory spills. All of it is -m slow (a
+dtype is ~2.5 min of nvcc on 2 cores, beyond the default run's budget; the default run builds
+CUDA code in other files: tests/test_aot.py, test_complex.py, test_shape.py, test_relax.py); CI
+runs float32 on sm_80 and sm_90 and bfloat16 on sm_80 after the default run.
 
 No GPU is needed (nothing runs); the math of the same PrimFuncs is tested on LLVM elsewhere. Work
 is grouped by te_defs family and dtype and spread over a process pool (nvcc dominates); a worker
@@ -18,17 +20,11 @@ from tvmgrad import registry
 from tvmgrad.cuda import nvcc_path
 from tvmgrad.workers import WorkerDied, imap_unordered
 
-pytestmark = [pytest.mark.cuda,
+pytestmark = [pytest.mark.cuda, pytest.mark.slow,
               pytest.mark.skipif(nvcc_path() is None, reason="nvcc is not installed")]
 
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-# The default run builds float32 (every kernel's structure and schedule); the half-precision and
-# float64 variants of the same kernels run with -m slow (each dtype is ~2.5 min of nvcc on 2 cores,
-# and the default run must stay within its time budget)
-SLOW_DTYPES = ("bfloat16", "float16", "float64")
 ARCHS = ("sm_80", "sm_90")
-# sm_80 in the default run; sm_90 (the same PTX through another ptxas) with -m slow, which CI runs
-SLOW_ARCHS = ("sm_90",)
 HALF = ("bfloat16", "float16")
 
 
@@ -108,9 +104,7 @@ def _results(dtype, arch="sm_80"):
     return results
 
 
-@pytest.mark.parametrize("family,dtype,arch", [
-    pytest.param(f, d, a, marks=[pytest.mark.slow] if d in SLOW_DTYPES or a in SLOW_ARCHS else [])
-    for f, d, _ in _groups() for a in ARCHS])
+@pytest.mark.parametrize("family,dtype,arch", [(f, d, a) for f, d, _ in _groups() for a in ARCHS])
 def test_family_compiles_to_cubin_without_spills(family, dtype, arch):
     plans, stats, error = _results(dtype, arch)[family]
     assert error is None, f"{family} [{dtype}, {arch}]: {error}"
