@@ -55,6 +55,34 @@ def test_prepared_launch_writes_given_outputs():
     np.testing.assert_array_equal(buf, np.where(x > 0, x * 3, 0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "complex64", "strided"])
+def test_a_prepared_launch_reads_its_arrays_anew_each_call(dtype):
+    """launch() keeps its prepared arrays' kernel arguments (views of their memory): every call
+    sees what the arrays hold now (a strided array, copied in, too), and returns a new output."""
+    npd = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(
+        "float32" if dtype == "strided" else dtype)
+    out = np.linspace(-1, 1, 8).astype(npd)
+    if dtype == "strided":
+        out = np.linspace(-1, 1, 16).astype(npd)[::2]
+    if dtype == "complex64":
+        out = out * (1 + 2j)                   # abs_grad: complex x, real out_grad
+        npd = np.float32
+    g = np.arange(1, 9).astype(npd)
+    launch = tvmgrad.prepare("abs_grad", {"x": out, "out_grad": g}) if dtype == "complex64" \
+        else tvmgrad.prepare("relu_grad", {"out": out, "out_grad": g})
+    first = launch()
+    for step in range(1, 3):
+        g[:] = (np.arange(1, 9) * (step + 1)).astype(npd)
+        out[::2] = -out[::2]
+        got = launch()
+        want = tvmgrad.run("abs_grad", {"x": out, "out_grad": g}) if dtype == "complex64" \
+            else tvmgrad.run("relu_grad", {"out": out, "out_grad": g})
+        name = "x_grad"
+        assert got[name] is not first[name]
+        np.testing.assert_array_equal(got[name], want[name])
+        assert not np.array_equal(got[name], first[name])
+
+
 def test_views_and_odd_layouts():
     base = np.random.default_rng(0).standard_normal((6, 5))
     out, g = base.T, base[::-1].T            # non-contiguous views are copied in

@@ -404,6 +404,7 @@ class _Bound:
             self.recipe.append((_VIEW if view else _PASS, a.kind == "input", a.name, a.index,
                                 (rt.shape(dims) if view else None, dims, dt)))
         self.simple = (self.mode == "host" and not plan.aliases)
+        self._held = None                  # held_args' kept arguments
 
     # -- outputs -------------------------------------------------------------------------------
     def _new(self, meta: TensorMeta):
@@ -427,7 +428,9 @@ class _Bound:
         align = self.align or 1
         return align > 1 and rt.data_ptr(buffer) % align != 0
 
-    def execute(self, tensors: dict, out: dict | None = None, inplace: bool = False) -> dict:
+    def execute(self, tensors: dict, out: dict | None = None, inplace: bool = False, *,
+                held: bool = False) -> dict:
+        """Run on ``tensors`` (``held``: a Launch's own prepared arrays, see ``held_args``)."""
         spec = self.spec
         results = {}
         if self.simple and not out and not inplace:
@@ -439,7 +442,8 @@ class _Bound:
                 else:
                     results[name] = self._new(meta)
             if self.function is not None:
-                self.function(*self._args(tensors, results))
+                args = self.held_args if held else self._args
+                self.function(*args(tensors, results))
             return results
 
         given = dict(out or {})
@@ -506,31 +510,52 @@ class _Bound:
     # -- arguments -----------------------------------------------------------------------------
     def _args(self, tensors: dict, results: dict) -> list:
         args = []
-        device = self.mode == "device"
-        for how, is_input, name, index, view in self.recipe:
+        for entry in self.recipe:
+            how, is_input, name, index = entry[:4]
             if how == _SCALAR:
                 args.append(is_input)              # (the scalar's value)
                 continue
             value = tensors[name] if is_input else results[name]
-            if index is not None:
-                value = value[index]
+            args.append(self._arg(entry, value if index is None else value[index]))
+        return args
+
+    def _arg(self, entry, value):
+        """The kernel argument for one array of the recipe."""
+        how, view = entry[0], entry[4]
+        t = type(value)
+        if t is rt.Foreign:
+            value = value.obj
             t = type(value)
-            if t is rt.Foreign:
-                value = value.obj
-                t = type(value)
-            if t is np.ndarray:
-                flags = value.flags
-                if (how == _PASS and flags.c_contiguous and flags.writeable
-                        and (flags.aligned if self.align is None else value.ctypes.data % self.align == 0)):
-                    args.append(value)
-                else:
-                    args.append(to_tvm(value, view[1][:len(view[1]) - (view[2].lanes == 2)],
-                                       view[2], self.align))
-                continue
-            if device and _where(value)[0] == rt.HOST:
-                args.append(_to_device(value, view, self.where))
-                continue
-            args.append(_foreign_arg(value, how, view, self.align if device else None))
+        if t is np.ndarray:
+            flags = value.flags
+            if (how == _PASS and flags.c_contiguous and flags.writeable
+                    and (flags.aligned if self.align is None else value.ctypes.data % self.align == 0)):
+                return value
+            return to_tvm(value, view[1][:len(view[1]) - (view[2].lanes == 2)], view[2], self.align)
+        device = self.mode == "device"
+        if device and _where(value)[0] == rt.HOST:
+            return _to_device(value, view, self.where)
+        return _foreign_arg(value, how, view, self.align if device else None)
+
+    def held_args(self, tensors: dict, results: dict) -> list:
+        """``_args`` for a Launch's own prepared arrays (the same objects every call): an input
+        the kernel takes as it is (a numpy array passed whole) is kept as a TVM tensor over its
+        memory (no DLPack export per call); the outputs, new each call, and inputs that need a
+        copy or a view made (strided, half or complex arrays) are converted each call."""
+        if self._held is None:
+            import tvm_ffi
+            held = self._args(tensors, results)
+            for i, entry in enumerate(self.recipe):
+                if entry[0] == _SCALAR:
+                    continue
+                keep = entry[1] and type(held[i]) is np.ndarray
+                held[i] = tvm_ffi.from_dlpack(held[i]) if keep else None
+            self._held = held
+        args = list(self._held)
+        for i, entry in enumerate(self.recipe):
+            if args[i] is None:
+                value = tensors[entry[2]] if entry[1] else results[entry[2]]
+                args[i] = self._arg(entry, value if entry[3] is None else value[entry[3]])
         return args
 
     def _invoke(self, args: list) -> None:
@@ -647,7 +672,10 @@ class Launch:
                  inplace: bool = False) -> dict:
         """Run the kernel (on ``inputs`` if given, else the prepared arrays)."""
         if inputs is None:
-            return _run_bound(self.bound(), self.call.tensors, out, inplace)
+            bound = self.bound()
+            if not hasattr(bound, "_tensors"):
+                return bound.execute(self.call.tensors, out, inplace, held=True)
+            return _run_bound(bound, self.call.tensors, out, inplace)
         return _run_bound(self._bound_for(inputs), inputs, out, inplace)
 
     def run(self, inputs: dict | None = None, *, out: dict | None = None,
