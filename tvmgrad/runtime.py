@@ -672,10 +672,7 @@ class Launch:
                  inplace: bool = False) -> dict:
         """Run the kernel (on ``inputs`` if given, else the prepared arrays)."""
         if inputs is None:
-            bound = self.bound()
-            if not hasattr(bound, "_tensors"):
-                return bound.execute(self.call.tensors, out, inplace, held=True)
-            return _run_bound(bound, self.call.tensors, out, inplace)
+            return self.bound().execute(self.call.tensors, out, inplace, held=True)
         return _run_bound(self._bound_for(inputs), inputs, out, inplace)
 
     def run(self, inputs: dict | None = None, *, out: dict | None = None,
