@@ -108,14 +108,12 @@ def _one_reduction(sch, rs_blocks) -> list:
     can follow it there only if none reads a block still outside). LLVM hoists a scalar so
     inlined out of the loop over the row."""
     reductions = [b for b in rs_blocks if role(sch, b) == "reduce"]
-    if len(reductions) != 1 or len(rs_blocks) == 1:
+    scalars = [b for b in rs_blocks if role(sch, b) != "reduce"]
+    # a scalar of reduced values stays a block: computed once per row
+    if len(reductions) != 1 or not scalars or any(sch.get_producers(b) for b in scalars):
         return rs_blocks
-    for block in rs_blocks:
-        if block not in reductions and sch.get_producers(block):
-            return rs_blocks          # a scalar of reduced values: computed once per row
-    for block in rs_blocks:
-        if block not in reductions:
-            sch.compute_inline(block)
+    for block in scalars:
+        sch.compute_inline(block)
     return reductions
 
 
