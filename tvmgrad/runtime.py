@@ -511,12 +511,10 @@ class _Bound:
     def _args(self, tensors: dict, results: dict) -> list:
         args = []
         for entry in self.recipe:
-            how, is_input, name, index = entry[:4]
-            if how == _SCALAR:
-                args.append(is_input)              # (the scalar's value)
+            if entry[0] == _SCALAR:
+                args.append(entry[1])              # (the scalar's value)
                 continue
-            value = tensors[name] if is_input else results[name]
-            args.append(self._arg(entry, value if index is None else value[index]))
+            args.append(self._arg(entry, _recipe_value(entry, tensors, results)))
         return args
 
     def _arg(self, entry, value):
@@ -554,8 +552,7 @@ class _Bound:
         args = list(self._held)
         for i, entry in enumerate(self.recipe):
             if args[i] is None:
-                value = tensors[entry[2]] if entry[1] else results[entry[2]]
-                args[i] = self._arg(entry, value if entry[3] is None else value[entry[3]])
+                args[i] = self._arg(entry, _recipe_value(entry, tensors, results))
         return args
 
     def _invoke(self, args: list) -> None:
@@ -712,6 +709,13 @@ class Launch:
 
     def __repr__(self) -> str:
         return f"<Launch {self.op.name} {self.plan.symbol}>"
+
+
+def _recipe_value(entry, tensors: dict, results: dict):
+    """The array a recipe entry of an input or output names (a Tensor[] element by index)."""
+    _, is_input, name, index = entry[:4]
+    value = tensors[name] if is_input else results[name]
+    return value if index is None else value[index]
 
 
 def _run_bound(bound: _Bound, tensors, out, inplace) -> dict:
