@@ -8,6 +8,8 @@ textbook formula are in the docstrings.
 
 import math
 
+import numpy as np
+
 from tvmgrad.lazy import tirx
 
 from tvmgrad.dtypes import ALL_INTS, COMPLEX, FLOATS, INTS
@@ -17,6 +19,7 @@ from tvmgrad.families.mixed import mixed
 
 from ._math import (cabs, cdiv, conj, const, cos, cosh, cpow, cselect, dtype_of, f32, is_cplx, is_int,
                     sign, sin, sinh, sqrt, where)
+from ._powers import int_powers, ipow
 
 # Ops for which Paddle 3.3.1 registers complex kernels take complex64/128 too: their grads follow
 # Paddle's convention x_grad = out_grad · conj(f'(x)) (checked against Paddle in tests/test_complex.py).
@@ -415,18 +418,48 @@ def reciprocal_grad(out, out_grad):
     return -out_grad * out * out
 
 
+def _int_exponents(exponents):
+    """``validate`` of an integer pow kernel (te_defs/_powers.py). ``exponents(f)`` -> (the
+    exponents Paddle's kernel raises x to, the other values it casts to T), from y's float32 value
+    f: every one must fit T (a float's cast outside T's range is undefined in C++), and no exponent
+    may be negative: Paddle's integer pow (Eigen's square-and-multiply) never returns for one."""
+    def check(call, dt):
+        y = float(call.attrs["y"])
+        info = np.iinfo(dt.name)
+        if not math.isfinite(y):
+            raise ValueError(f"{call.op}: attribute 'y' = {y} has no {dt.name} value")
+        powers, casts = exponents(np.float32(y))
+        for v in list(casts) + list(powers):
+            if not info.min <= math.trunc(float(v)) <= info.max:
+                raise ValueError(f"{call.op}: attribute 'y' = {y} makes {float(v)}, which does not "
+                                 f"fit {dt.name} (the kernel casts it to the dtype of x)")
+        least = min((math.trunc(float(v)) for v in powers), default=0)
+        if least < 0:
+            raise ValueError(f"{call.op}: attribute 'y' = {y} makes the exponent {least} for "
+                             f"{dt.name} x; an integer power takes exponents >= 0 (Paddle's "
+                             f"integer pow never returns for a negative one)")
+    return check
+
+
+def _power(x, e):
+    """x ** e: a float power, or an integer one by square and multiply (e >= 0, wrapping)."""
+    return ipow(x, e) if is_int(x) else tirx.pow(x, e)
+
+
+@int_powers(validate=_int_exponents(lambda f: ([] if f == 0 else [math.trunc(float(f)) - 1], [f])))
 @pointwise(dtypes=CPLX)
 def pow_grad(x, out_grad, y):
     """x_grad = y == 0 ? 0 : out_grad · y · x^(y-1)
     y is used as float32 (Paddle's ``factor.to<float>()``), also for float64 inputs; y == 0 gives 0
-    everywhere (even where x = 0 or out_grad is inf/NaN), as Paddle."""
+    everywhere (even where x = 0 or out_grad is inf/NaN), as Paddle. Integer x: T(y) truncated,
+    x^(T(y) - 1) by square and multiply, wrapping (y in (0, 1) or below 0 is refused)."""
     if is_cplx(x):                      # out_grad · conj(y · x^(y-1))
         yf = f32(y)
         e = _to(yf, x.re)
         return cselect(yf == 0.0, 0.0, out_grad * conj(cpow(x, e - 1.0) * e))
     yf = f32(y)
     e = _to(yf, x)
-    return where(yf == 0.0, 0.0, out_grad * e * tirx.pow(x, e - 1.0))
+    return where(yf == 0.0, 0.0, out_grad * e * _power(x, e - const(1, x)))
 
 
 def _pow_coef(yf, k, like):
@@ -439,10 +472,23 @@ def _pow_coef(yf, k, like):
 
 def _pow_x(x, yf, k):
     """x^(y-k) with the exponent ``y - k`` formed in float32, as Paddle's Pow(x, exponent - k)
-    (complex x: ``cpow``, Paddle's polar form)."""
-    return cpow(x, _to(yf - float(k), x.re if is_cplx(x) else x))
+    (complex x: ``cpow``, Paddle's polar form; integer x: T(y - k), square and multiply)."""
+    e = _to(yf - float(k), x.re if is_cplx(x) else x)
+    return ipow(x, e) if is_int(x) else cpow(x, e)
 
 
+def _float32_terms(f, ks):
+    """y - k and y(y-1)...(y-k+1) for each k of ``ks``, in float32 as Paddle's kernels form them."""
+    terms = []
+    for k in ks:
+        c = f
+        for j in range(1, k):
+            c = np.float32(c * (f - np.float32(j)))
+        terms += [np.float32(f - np.float32(k)), c]
+    return terms[0::2], terms[1::2]
+
+
+@int_powers(validate=_int_exponents(lambda f: _float32_terms(f, (1,) if f == 1 else (1, 2))))
 @pointwise(broadcast=(), dtypes=CPLX)
 def pow_double_grad(x, grad_out, grad_x_grad, y):
     """x_grad = y == 1 ? 0 : grad_out · grad_x_grad · x^(y-2) · y(y-1)
@@ -454,6 +500,7 @@ def pow_double_grad(x, grad_out, grad_x_grad, y):
             grad_x_grad * _pow_x(x, yf, 1) * _pow_coef(yf, 1, x))
 
 
+@int_powers(validate=_int_exponents(lambda f: _float32_terms(f, (1, 2) if f == 2 else (1, 2, 3))))
 @pointwise(broadcast=(), dtypes=CPLX)
 def pow_triple_grad(x, grad_out, grad_grad_x, grad_x_grad, grad_grad_out_grad, y):
     """With dout = grad_out, ddx = grad_grad_x, d_dx = grad_x_grad, d_ddout = grad_grad_out_grad

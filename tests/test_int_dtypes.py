@@ -11,11 +11,15 @@ grads (cumsum int8..int64, cumprod and cummax/cummin int32/int64) sum and multip
 sort/select grads (argsort also uint8/int16) move out_grad to the forward's indices, nanmedian's
 shares truncated. reduce_as (bool too), segment_pool, cross/dot/kron/trace, unpool3d (int64),
 roi_align/roi_pool (int32) and overlap_add gather, broadcast and contract in the integer type; MEAN
-pooling and roi_align divide truncating.
+pooling and roi_align divide truncating. The pow grads raise x to T(y) - 1 (pow_grad, against
+Paddle) and to T(y - k) (the double and triple grads, against their kernel's statements in Python
+integers) by square and multiply, wrapping; exponents below 0, where Paddle never returns, are
+refused.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -344,3 +348,90 @@ def test_overlap_add_grad(dtype):
         want = C.overlap_add_grad(_t(x), _t(g), 3, axis)
         _same(tvmgrad.run("overlap_add_grad", {"x": x, "out_grad": g},
                           {"hop_length": 3, "axis": axis}), {"x_grad": want})
+
+
+# ------------------------------------------------------------------------------------------
+# integer powers by a runtime exponent: square and multiply in a loop per element, wrapping
+
+def _wrapped(values, dtype):
+    """Python ints reduced to ``dtype``'s two's-complement range."""
+    bits = np.iinfo(dtype).bits
+    return np.array([(int(v) + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+                     for v in np.ravel(values)], dtype).reshape(np.shape(values))
+
+
+def _pow_kernel_oracle(op, x, dtype, ins, y):
+    """Paddle's PowDoubleGradKernel/PowTripleGradKernel for an integer T (impl/
+    activation_grad_impl.h), statement by statement in Python integers: ``Pow(x, e)`` is
+    x^T(e) (e formed in float32, truncated), ``Scale(v, c)`` is v·T(c) (c a float32 product)."""
+    f = np.float32(y)
+    T = lambda v: int(np.trunc(np.float64(v)))                          # noqa: E731
+    xs = [int(v) for v in np.ravel(x)]
+    P = lambda k: np.array([pow(v, T(np.float32(f - np.float32(k))), 1 << 64) for v in xs],  # noqa: E731
+                           object).reshape(x.shape)
+    c1, c2 = T(f), T(np.float32(f * np.float32(f - 1)))
+    c3 = T(np.float32(np.float32(f * np.float32(f - 1)) * np.float32(f - 2)))
+    I = {k: np.asarray(v).astype(object) for k, v in ins.items() if v is not None}  # noqa: E741
+    if op == "pow_double_grad":
+        dout, ddx = I["grad_out"], I["grad_x_grad"]
+        dx = 0 * dout if f == 1 else dout * ddx * P(2) * c2
+        return {"x_grad": _wrapped(dx, dtype), "grad_out_grad": _wrapped(ddx * P(1) * c1, dtype)}
+    dout, ddx, d_dx, d_ddout = (I.get(k) for k in ("grad_out", "grad_grad_x", "grad_x_grad",
+                                                   "grad_grad_out_grad"))
+    assert f != 1                                   # Paddle raises x to y - 3 < 0: never returns
+    part2 = 0 * dout if d_ddout is None else d_ddout * ddx * (P(2) * c2)
+    dx = part2 if f == 2 else d_dx * ddx * dout * (P(3) * c3) + part2
+    d_dout = d_dx * ddx * (P(2) * c2)
+    d_ddx = d_dx * dout * (P(2) * c2) + (0 if d_ddout is None else d_ddout * (P(1) * c1))
+    return {"x_grad": _wrapped(dx, dtype), "grad_out_grad": _wrapped(d_dout, dtype),
+            "grad_grad_x_grad": _wrapped(d_ddx, dtype)}
+
+
+# y = 0 (Paddle's zero grad), 1 (x^0, also at x = 0), fractions truncated (2.5 -> 2; in the higher
+# grads T(y - k) of the float32 difference: 2.5 - 3 -> 0), a long exponent (40: x^39 wraps, even x
+# give 0) and one of 30 bits
+POW_YS = (0.0, 1.0, 1.5, 2.0, 2.5, 3.0, 40.0, 1073741825.0)
+
+
+@pytest.mark.parametrize("dtype", WIDE)
+def test_pow_grad(dtype):
+    x, g = _ints(dtype, (4, 6), seed=1), _ints(dtype, (4, 6), seed=3)
+    x.reshape(-1)[3:8] = (1, -1, 2, -3, 7)
+    for y in POW_YS:
+        want = C.pow_grad(_t(x), _t(g), y)
+        _same(tvmgrad.run("pow_grad", {"x": x, "out_grad": g}, {"y": y}), {"x_grad": want})
+
+
+@pytest.mark.parametrize("op", ["pow_double_grad", "pow_triple_grad"])
+@pytest.mark.parametrize("dtype", WIDE)
+def test_pow_higher_grads(op, dtype):
+    x = _ints(dtype, (3, 5), seed=1)
+    x.reshape(-1)[3:8] = (1, -1, 2, -3, 7)
+    ins = {"x": x, "grad_out": _ints(dtype, (3, 5), seed=2)}
+    if op == "pow_double_grad":
+        ins["grad_x_grad"] = _ints(dtype, (3, 5), seed=3)
+        cases = [(y, ins) for y in POW_YS if y >= 1]
+    else:
+        ins.update(grad_grad_x=_ints(dtype, (3, 5), seed=3), grad_x_grad=_ints(dtype, (3, 5), seed=4))
+        full = dict(ins, grad_grad_out_grad=_ints(dtype, (3, 5), seed=5))
+        cases = [(y, i) for y in POW_YS if y >= 2 for i in (ins, full)]
+    order = 2 if op == "pow_double_grad" else 3
+    for y, inputs in cases + [(1025.0, cases[-1][1])]:
+        if math.prod(y - j for j in range(order)) > np.iinfo(dtype).max:
+            continue                    # the coefficient does not fit: refused (test below)
+        _same(tvmgrad.run(op, inputs, {"y": y}), _pow_kernel_oracle(op, x, dtype, inputs, y))
+
+
+@pytest.mark.parametrize("op, y, why", [
+    ("pow_grad", 0.5, "exponent -1"), ("pow_grad", -2.0, "exponent -3"),
+    ("pow_grad", 3e9, "does not fit int32"), ("pow_grad", float("nan"), "has no int32 value"),
+    ("pow_double_grad", 0.5, "exponent -1"), ("pow_triple_grad", 1.0, "exponent -2"),
+    ("pow_triple_grad", 1.5, "exponent -1"), ("pow_double_grad", 50000.0, "does not fit int32")])
+def test_pow_grads_refuse_negative_exponents(op, y, why):
+    """Where Paddle's integer pow would loop forever (a negative exponent) or cast a float that T
+    cannot hold, a ValueError naming the op and y, before anything is built."""
+    x = np.arange(6, dtype="int32").reshape(2, 3)
+    names = {"pow_grad": ("out_grad",), "pow_double_grad": ("grad_out", "grad_x_grad"),
+             "pow_triple_grad": ("grad_out", "grad_grad_x", "grad_x_grad")}[op]
+    with pytest.raises(ValueError, match=rf"^{op}: attribute 'y' = .*{why}"):
+        tvmgrad.run(op, {"x": x, **{n: x for n in names}}, {"y": y})

@@ -42,21 +42,13 @@ UNREACHABLE = {
 # float and complex dtype Paddle registers is accepted.
 KNOWN_GAPS: dict = {}
 
-# Integer/bool dtypes Paddle registers that tvmgrad rejects: visible, kept exact, not demanded yet.
-# tvmgrad's dtype layer knows them (tvmgrad/dtypes.py: bool, int8..int64); the indexing, shape and
-# linear (concat/stack/expand/...) grads, fill_grad, global_gather/scatter_grad, view_dtype_grad and
-# the pointwise binary/elementary/conj grads, the scan and sort/select grads, reduce_as,
+# Integer/bool dtypes Paddle registers that tvmgrad rejects: none. tvmgrad's dtype layer knows them
+# (tvmgrad/dtypes.py: bool, int8..int64); the indexing, shape and linear (concat/stack/expand/...)
+# grads, fill_grad, global_gather/scatter_grad, view_dtype_grad, the pointwise binary/elementary/
+# conj grads, the pow grads (te_defs/_powers.py), the scan and sort/select grads, reduce_as,
 # segment_pool, cross/dot/kron/trace, unpool3d, roi_align/roi_pool and overlap_add
-# (tests/test_int_dtypes.py) take them today.
-KNOWN_INT_GAPS = {
-    # te_defs/elementary.py: Paddle's integer Pow is Eigen's binary exponentiation by a runtime
-    # exponent; as one TIR expression its shared squares must be let-bound, and TVM 0.27's lowering
-    # passes take time exponential in that nesting (~1.3x per exponent bit: minutes for int32).
-    # (Paddle itself hangs wherever an exponent truncates below 0, e.g. y = 0.5 in pow_grad.)
-    'pow_double_grad': {'int32', 'int64'},
-    'pow_grad': {'int32', 'int64'},
-    'pow_triple_grad': {'int32', 'int64'},
-}
+# (tests/test_int_dtypes.py) take them.
+KNOWN_INT_GAPS: dict = {}
 
 # Dtypes beyond the float/complex and integer ones (float8): none open. tvmgrad's dtype layer stores
 # float8 as uint8 bits, for the data-movement grads Paddle registers it for (tests/test_float8.py).
