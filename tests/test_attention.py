@@ -74,6 +74,7 @@ def _flash_case(dtype, B, Sq, Sk, H, Hk, D, mask=None, causal=False, seed=0):
 # ------------------------------------------------------------------------------------------
 # flash_attn_grad
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 def test_flash_attn_gqa_mask_causal(dtype):
     """GQA (H = 2·Hk), Sq != Sk, sequence lengths crossing the 64-row tiles, an additive mask
@@ -192,6 +193,7 @@ def _packed(rng, dtype, lens_q, lens_k, H, Hk, D, extra=(2, 1)):
     return q, k, v, do, cq, ck
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype,lse_rank", [("float32", 3), ("float16", 2)])
 def test_flash_attn_unpadded(dtype, lse_rank):
     """Sequences by cu_seqlens (an empty one, rows past the last sequence), GQA, causal,
@@ -305,6 +307,7 @@ def _mea(rng, dtype, B, Mq, Mk, H, K, Kv, bias_shape=None, causal=False, scale=-
     return inputs, attrs, (dq, dk, dv, ds if bias is not None else None)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype,bias_shape,causal,scale", [
     ("float32", (1, 3, 9, 70), False, -1.0),
     ("float64", (9, 70), True, 0.2),

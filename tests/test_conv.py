@@ -172,12 +172,14 @@ CONV3D = {
 }
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", sorted(CONV3D))
 def test_conv3d_grad(name):
     x, w, attrs = CONV3D[name]
     check("conv3d_grad", conv_inputs(x, w, attrs), attrs, "float64")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 def test_conv3d_grad_dtypes(dtype):
     x, w, attrs = CONV3D["s2_groups"]
@@ -191,6 +193,7 @@ DEPTHWISE = {
 }
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", sorted(DEPTHWISE))
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_depthwise_conv2d_grad(name, dtype):
@@ -245,6 +248,7 @@ def transpose_oracle(inputs, attrs):
     return c_ops("conv3d_transpose_grad", inputs, a)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", sorted(TRANSPOSE))
 def test_conv3d_transpose_grad(name):
     x, w, attrs = TRANSPOSE[name]
@@ -252,6 +256,7 @@ def test_conv3d_transpose_grad(name):
     check("conv3d_transpose_grad", inputs, attrs, "float64", oracle=transpose_oracle)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 def test_conv3d_transpose_grad_dtypes(dtype):
     x, w, attrs = TRANSPOSE["s2_op_groups"]
@@ -281,6 +286,7 @@ def double_inputs(x, w, attrs, which=("x", "w")):
     return inputs
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("which", [("x", "w"), ("x",), ("w",)])
 @pytest.mark.parametrize("name", ["pad1", "stride2_pad4", "nhwc"])
 def test_conv2d_grad_grad(name, which):
@@ -297,6 +303,7 @@ def test_conv2d_grad_grad_none():
         np.testing.assert_array_equal(v, 0)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ("float32", "float16", "bfloat16"))
 def test_conv2d_grad_grad_dtypes(dtype):
     x, w, attrs = CONV2D["dilated"]

@@ -298,6 +298,7 @@ def test_grid_sample_float64(S, mode, pad, ac):
     check("grid_sample_grad", inputs, attrs, "float64")
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_grid_sample_dtypes(dtype):
     for S, mode, pad, ac in [(2, "bilinear", "zeros", False), (2, "nearest", "reflection", True),

@@ -671,6 +671,7 @@ _NORMS = {
 }
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("norm", sorted(_NORMS))
 def test_norm_gradients_with_a_symbolic_batch_match_static_ones(norm):
     """One symbolic-batch graph (statistics recomputed in Relax, the tvmgrad kernel symbolic)
@@ -730,6 +731,7 @@ def test_non_differentiable_inputs_are_no_grad(gradients):
     assert gradients["relax.logical_not"] == gradients["relax.argmax"] == "no_grad"
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("shape", [(5,), (2, 5), (2, 5, 3), (2, 5, 2, 3), (2, 5, 2, 1, 3)])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_nll_loss_gradient_takes_every_rank(shape, reduction):

@@ -116,6 +116,7 @@ def test_transformer_encoder_layer_trains_like_torch():
     assert {"matmul", "layer_norm_grad", "where_grad", "relu_grad"} <= used
 
 
+@pytest.mark.slow     # (CI runs it after the default run; the mlp and transformer run by default)
 def test_resnet18_trains_like_torch():
     """torchvision resnet18 in train mode (batch statistics): 2x3x64x64 (its last stage sees
     2x2 maps: batch statistics over 8 values per channel, tight enough for float32)."""

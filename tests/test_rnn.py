@@ -125,6 +125,7 @@ def test_cudnn_lstm_grad(dtype, L, bidirec):
     _compare(*_case(L=L, bidirec=bidirec), dtype)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("L,bidirec", [(1, False), (2, True)])
 def test_cudnn_lstm_grad_sequence_length(L, bidirec):
     _compare(*_case(1, T=6, B=4, L=L, bidirec=bidirec, lengths=[6, 3, 1, 5]), "float64")
@@ -138,6 +139,7 @@ def test_cudnn_lstm_grad_zero_length():
     np.testing.assert_array_equal(got["x_grad"][:, 1], 0)
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_cudnn_lstm_grad_half(dtype):
     _compare(*_case(3, L=2, bidirec=True, lengths=[5, 2, 4]), dtype)

@@ -191,6 +191,7 @@ PSROI = [dict(), dict(ph=3, pw=3, oc=1, scale=0.5), dict(ph=1, pw=2, oc=3, scale
          dict(counts=(0, 5))]
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("case", PSROI)
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_psroi_pool(case, dtype):

@@ -137,7 +137,7 @@ signal.signal(signal.SIGPIPE, signal.SIG_DFL)       # as tvmgrad's command line 
 import test_workers as t
 from tvmgrad import workers
 if __name__ == "__main__":
-    for _ in range(3):
+    for _ in range(2):
         for jobs in ([("op0", "ok"), ("op1", "raise"), ("op2", "sleep")],
                      [("op0", "sleep"), ("op1", "SIGKILL")], [("op0", "sleep60"), ("op1", "SIGKILL")]):
             try:
@@ -156,4 +156,4 @@ def test_a_dead_worker_does_not_kill_the_parent_by_sigpipe(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     # without SIGPIPE ignored during the pool, this died with exit code 141 within 2 rounds
-    assert proc.stdout.split() == ["ValueError", "WorkerDied", "WorkerDied"] * 3 + ["alive"]
+    assert proc.stdout.split() == ["ValueError", "WorkerDied", "WorkerDied"] * 2 + ["alive"]
