@@ -127,8 +127,8 @@ def atomic_add(buf_load, value):
     return tirx.call_intrin(str(value.ty), "tirx.cuda.atomic_add", tirx.address_of(buf_load), value)
 
 
-def zero_fill(body: Body, buf, name="init"):
-    """A block writing 0 to every element of ``buf``."""
+def zero_fill(body: Body, buf, name="init", when=None):
+    """A block writing 0 to every element of ``buf`` (``when``: only where that holds)."""
     shape = list(buf.shape)
     b = proxy(buf)
     zero = tirx.const(0, buf.dtype)
@@ -140,19 +140,20 @@ def zero_fill(body: Body, buf, name="init"):
     else:
         def fill(P, S, C):
             b[tuple(P)] = zero
-    body.block(name, fill, par=shape, writes=[buf])
+    body.block(name, fill, par=shape, writes=[buf], when=when)
 
 
-def scatter_body(ins, outs, body: Body, *, assign=False):
+def scatter_body(ins, outs, body: Body, *, assign=False, zero_when=None):
     """The opening of a scatter's ``gen``: -> (input proxies, the output buffer, ``put``). The
-    output is zero-filled first (slots nothing lands on stay 0); ``put(d, v, use_atomic)`` adds v
+    output is zero-filled first (slots nothing lands on stay 0; ``zero_when``: only where that
+    holds, the caller zeroes the rest itself); ``put(d, v, use_atomic)`` adds v
     at out[d]: atomically where one CUDA thread runs per element, else as a plain read-add-write
     (a serial walk owns the slot), or overwrites it with ``assign`` (the last write wins)."""
     from tvm.script.ir_builder import tirx as T
     out = outs[0]
     inputs = [proxy(b) for b in ins]
     dest = proxy(out)
-    zero_fill(body, out)
+    zero_fill(body, out, when=zero_when)
 
     def put(d, v, use_atomic):
         if use_atomic:

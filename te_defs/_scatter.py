@@ -19,16 +19,21 @@ __all__ = ["two_forms", "scatter_along", "blocked_scan", "scan_host", "scan_scal
 # Kernel bodies: te.extern with annotated blocks (``Body``/``extern`` from _extern)
 
 
-def two_forms(ctx, body, name, fn, **kw):
+def two_forms(ctx, body, name, fn, cpu=None, **kw):
     """A block with a vector strip in its CUDA form (lanes on threads) and its CPU form (a plain
-    loop inside the block), each kept for its own target; one block when there is no strip."""
-    if kw.get("vec") is None:
+    loop inside the block), each kept for its own target; one block when there is no strip and
+    no ``cpu`` body (the CPU forms' own body, where it differs from ``fn``)."""
+    cpu = cpu or fn
+    if kw.get("vec") is None and cpu is fn:
         body.block(name, fn, **kw)
         return
     cuda = ctx.on_cuda()
     body.block(name, fn, when=cuda == 1, **kw)
-    body.block(f"{name}_cpu", fn, when=cuda == 0, strip="main", **kw)
-    body.block(f"{name}_tail", fn, when=cuda == 0, strip="tail", **kw)
+    if kw.get("vec") is None:
+        body.block(f"{name}_cpu", cpu, when=cuda == 0, **kw)
+        return
+    body.block(f"{name}_cpu", cpu, when=cuda == 0, strip="main", **kw)
+    body.block(f"{name}_tail", cpu, when=cuda == 0, strip="tail", **kw)
 
 
 def T_():
@@ -64,7 +69,8 @@ def zeros_like(expr):
 # ------------------------------------------------------------------------------------------
 # Scatter along an axis (the core of gather/index_select/take_along_axis/sort grads)
 
-def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=False, value=None):
+def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=False, value=None,
+                  own_columns=False):
     """out[c with c[axis] := row(L, c)] (+)= value(L, c) for every coordinate c of ``src``.
 
     ``inputs``: te.Tensors the body reads (``src`` first); ``L`` their buffer proxies in that
@@ -77,6 +83,9 @@ def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=F
     atomically. Half types accumulate in float32, rounded once; bool as a count (``acc_dtype``).
     Complex data (``ctx.pair``): src's last dim is the (re, im) pair; every column (pairs
     included) is a parallel unit, without a vector strip (a strip must be the innermost index).
+    ``own_columns`` (``dest_shape`` is src's on every dim but ``axis``): a deterministic CPU
+    column zeroes its own destination column at its first step, while it is in cache, instead of
+    a zero-fill pass over the whole output first (one pass over the output instead of two).
     """
     det = ctx.info.deterministic or assign
     rank = len(src.shape)
@@ -89,9 +98,26 @@ def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=F
     acc = acc_dtype(dt)
     value = value or (lambda L, c: tc(L[0][tuple(c)], dt))
 
+    own = own_columns and det
+    m = dest_shape[axis]
+
     def gen(ins, outs, body):
-        L, out, put = scatter_body(ins, outs, body, assign=assign)
+        # with own columns the CPU fills only an output nothing is scattered into (n == 0)
+        zero_when = tirx.Or(ctx.on_cuda() == 1, i64(n) == i64(0)) if own else None
+        L, out, put = scatter_body(ins, outs, body, assign=assign, zero_when=zero_when)
+        dest = proxy(out)
         T = T_()
+
+        def zero_column(c):
+            """0 into the whole destination column of c (a strip's lanes at once) at its first
+            step."""
+            lanes = str(c[v].ty).partition("x")[2] if v is not None else ""
+            zero = tirx.const(0, acc)
+            zero = tirx.Broadcast(zero, int(lanes)) if lanes else zero
+            with T.If(c[axis] == i64(0)):
+                with T.Then():
+                    with T.serial(0, i64(m)) as k:
+                        dest[tuple(c[:axis] + [k] + c[axis + 1:])] = zero
 
         def store(c, use_atomic):
             c = list(c)
@@ -109,7 +135,7 @@ def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=F
         if det:
             unit = not pdims
 
-            def col(P, S, C):
+            def column(P, S, C):
                 P = P[1:] if unit else P
                 c = [None] * rank
                 for d, p in zip(pdims, P):
@@ -117,8 +143,17 @@ def scatter_along(ctx, src, axis, dest_shape, dt, name, row, inputs, *, assign=F
                 c[axis] = S[0]
                 if v is not None:
                     c[v] = C
+                return c
+
+            def col(P, S, C):
+                store(column(P, S, C), False)
+
+            def own_col(P, S, C):
+                c = column(P, S, C)
+                zero_column(c)
                 store(c, False)
-            two_forms(ctx, body, f"{name}_cols", col, par=([1] if unit else [dims[d] for d in pdims]),
+            two_forms(ctx, body, f"{name}_cols", col, cpu=own_col if own else None,
+                      par=([1] if unit else [dims[d] for d in pdims]),
                       ser=[n], vec=vec, reads=list(ins), writes=[out])
         else:
             cuda = ctx.on_cuda()

@@ -344,12 +344,17 @@ def _take_view(call, metas, outs):
     _along_shapes(op, arr, idx, g, axis)
     m = arr.shape[axis]
     check_range(op, "indices", host(call, "indices"), -m, m, f"for axis {axis} of arr (size {m}) ")
-    return along_view(("indices", "out_grad"), ("arr", "arr_grad"), arr.shape, idx.shape, axis)
+    views, variant = along_view(("indices", "out_grad"), ("arr", "arr_grad"), arr.shape,
+                                idx.shape, axis)
+    if variant == ("3d",) and views["out_grad"][2] == 1:
+        # nothing follows the axis: rows, each walked by one tight loop (no strip of one lane)
+        return {k: v[:2] for k, v in views.items()}, ("rows",)
+    return views, variant
 
 
 def _variant_axis(ctx):
     v = ctx.info.variant
-    return 1 if v[0] == "3d" else v[1]
+    return 1 if v[0] in ("3d", "rows") else v[1]
 
 
 @index_op(view=_take_view, atomic=True, code_attrs=(), float_inputs=("arr", "out_grad"),
@@ -361,7 +366,8 @@ def take_along_axis_grad(arr, indices, out_grad, axis, ctx):
     ax = _variant_axis(ctx)
     m = arr.shape[ax]
     return scatter_along(ctx, out_grad, ax, arr.shape, dt, "arr_grad",
-                         lambda L, c: wrap(L[1][tuple(c)], m), [out_grad, indices])
+                         lambda L, c: wrap(L[1][tuple(c)], m), [out_grad, indices],
+                         own_columns=ctx.info.variant[0] in ("3d", "rows"))
 
 
 def safe_divisor(v):

@@ -433,9 +433,66 @@ def _tables(nm, S, d, method, in_size, out, r, W, align_corners, align_flag, cdt
     return lo, cnt, wt, flag
 
 
+def _split_weights(wt, flag, nm):
+    """Each merged tap's weight as two coefficients whose products with a gradient add up to
+    its product with the weight, special values included, without a test per tap: (w/2, w/2)
+    (exact: a halving), and (w, 0) for a flagged tap (a zero part or parts of both signs), where
+    an infinite gradient then gives inf·0 = NaN as Paddle's tap-by-tap sums do."""
+    adt = str(wt.dtype)
+    half, zero = const(0.5, adt), const(0.0, adt)
+    first = te.compute(wt.shape, lambda i, j: where(flag[i, j] > i64(0), wt[i, j], wt[i, j] * half),
+                       name=f"wa_{nm}")
+    second = te.compute(wt.shape, lambda i, j: where(flag[i, j] > i64(0), zero, wt[i, j] * half),
+                        name=f"wb_{nm}")
+    return [first, second]
+
+
+def _bilinear_rows(body, ins, outs, dt, insp, when):
+    """Channel-first bilinear x_grad on the CPU, in two passes per input row (n, c, i) of the
+    separable map: the rows of output_grad reaching i summed with their H weights into a row of
+    out_w sums (a contiguous loop LLVM vectorises), then each x_grad[n, c, i, j] gathered from
+    that row with its W weights: about half the multiply-adds of the 2-D gather, most of them in
+    vectors. Weights as two coefficients each (``_split_weights``): no test per tap, and an
+    infinite gradient makes NaN where it does in Paddle (the H pass leaves an infinite sum where
+    an infinite gradient reaches). ``ins``: output_grad, the 2-D gather's tables (lo, cnt, wt,
+    flag of H, then of W), then the two coefficients of H and of W."""
+    from tvm.script.ir_builder import tirx as T
+    adt = acc_dtype(dt)
+    G = proxy(ins[0])
+    lo_h, cnt_h, _, _, lo_w, cnt_w = (proxy(b) for b in ins[1:7])
+    wa_h, wb_h, wa_w, wb_w = (proxy(b) for b in ins[-4:])
+    O = proxy(outs[0])
+    n_, c_, _, out_w = ins[0].shape
+
+    def row(P, _S):
+        n, c, i = (T.bind(p) for p in P)
+        sums = proxy(T.alloc_buffer((out_w,), dtype=adt, scope="local"))
+        with T.serial(0, out_w) as o:
+            sums[o] = const(0.0, adt)
+        lo = T.bind(lo_h[i])
+        with T.serial(0, cnt_h[i]) as a:
+            wa, wb = T.bind(wa_h[i, a]), T.bind(wb_h[i, a])
+            with T.serial(0, out_w) as o:
+                val = T.bind(cast(to_compute(G[n, c, lo + a, o], dt), adt))
+                sums[o] = sums[o] + (wa * val + wb * val)
+        acc = proxy(T.alloc_buffer((1,), dtype=adt, scope="local",
+                                   align=8 if adt == "float64" else 4))
+        with T.serial(0, insp[1]) as j:
+            acc[0] = const(0.0, adt)
+            first = T.bind(lo_w[j])
+            with T.serial(0, cnt_w[j]) as b:
+                val = T.bind(sums[first + b])
+                acc[0] = acc[0] + (wa_w[j, b] * val + wb_w[j, b] * val)
+            O[n, c, i, j] = cast(acc[0], dt.storage)
+
+    body.block("rows", row, par=[n_, c_, insp[0]], reads=list(ins), writes=list(outs),
+               when=when)
+
+
 def _interp_kernel(ctx, output_grad, insp):
     """x_grad as a gather over the per-dim tables (see the module docstring): one owner per
-    input element loops over the exact output ranges reaching it."""
+    input element loops over the exact output ranges reaching it (channel-first bilinear on the
+    CPU: per input row, ``_bilinear_rows``)."""
     st, s, dt = ctx.info, ctx.scalars, ctx.dtype
     method, last, S = st["method"], st["last"], st["S"]
     ac, af = st["align_corners"], st["align_flag"]
@@ -452,6 +509,10 @@ def _interp_kernel(ctx, output_grad, insp):
         tabs += [lo_t, cnt_t, wt_t] + ([fl_t] if fl_t is not None else [])
     per = 3 if method == "nearest" else 4
     out_shape = [n_] + list(insp) + [c_] if last else [n_, c_] + list(insp)
+    rows = method == "bilinear" and not last      # the CPU's two passes (_bilinear_rows)
+    if rows:
+        for d, nm in enumerate(names):
+            tabs += _split_weights(tabs[per * d + 2], tabs[per * d + 3], nm)
 
     def gen(ins, outs, body):
         G = proxy(ins[0])
@@ -494,7 +555,14 @@ def _interp_kernel(ctx, output_grad, insp):
             nest(0, [])
             O[tuple(ids)] = cast(acc[0], dt.storage)
 
-        body.block("gather", blk, par=out_shape, reads=list(ins), writes=list(outs), inner=True)
+        if not rows:
+            body.block("gather", blk, par=out_shape, reads=list(ins), writes=list(outs),
+                       inner=True)
+            return
+        on_cuda = ctx.on_cuda()
+        body.block("gather", blk, par=out_shape, reads=list(ins), writes=list(outs), inner=True,
+                   when=on_cuda == 1)
+        _bilinear_rows(body, ins, outs, dt, insp, on_cuda == 0)
 
     (x_grad,) = extern("x_grad", [(out_shape, dt.storage)], [g] + tabs, gen, lanes=False)
     return x_grad

@@ -479,6 +479,22 @@ def test_take_along_axis_forms(case):
                                    "out_grad": normal(*idx.shape)}, {"axis": axis})
 
 
+@pytest.mark.parametrize("shape, idx_shape, axis", [((2, 7, 70), (2, 9, 70), 1),
+                                                    ((3, 6), (3, 0), 1), ((2, 5, 3), (2, 0, 3), 1)])
+def test_take_along_axis_own_columns(shape, idx_shape, axis):
+    """Each column zeroes its own destination: a strip of whole vectors and a tail (70 columns
+    after the axis), and an empty axis, where nothing walks a column (numpy's add.at)."""
+    idx = rng(5).integers(-shape[axis], shape[axis], idx_shape)
+    g = normal(*idx_shape)
+    want = np.zeros(shape)
+    grid = np.indices(idx_shape)
+    grid[axis] = np.where(idx < 0, idx + shape[axis], idx)
+    np.add.at(want, tuple(grid), g)
+    got = run("take_along_axis_grad", {"arr": normal(*shape), "indices": idx, "out_grad": g},
+              {"axis": axis})["arr_grad"]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_take_along_axis_adjoint_atomic_errors():
     arr = normal(4, 9, 3)
     idx = rng(6).integers(-9, 9, (4, 20, 3))

@@ -207,6 +207,23 @@ def test_special_values_reach_the_same_inputs():
         check(op, inputs, attrs, "float64")
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bilinear_rows_special_values(dtype):
+    """The CPU's two passes per input row (channel-first bilinear): 2x upsampling, ratios that
+    are not 1/2, and align_corners, whose last taps merge a zero weight into a nonzero one (inf·0
+    is NaN in Paddle); infinite and NaN gradients on edges, corners and inside."""
+    for ins, outs, ac, am in [((4, 6), (8, 12), False, 0), ((5, 7), (12, 9), False, 0),
+                              ((4, 6), (8, 12), True, 1)]:
+        op, inputs, attrs = interp_case("bilinear", ins, outs, align_corners=ac, align_mode=am)
+        g = inputs["output_grad"]
+        g[0, 0, 0, 0] = np.inf
+        g[0, 1, 0, 5] = -np.inf
+        g[1, 0, outs[0] - 1, outs[1] - 1] = np.inf
+        g[1, 1, 3, 0] = np.nan
+        g[1, 2, 2, 4] = np.inf
+        check(op, inputs, attrs, dtype)
+
+
 def test_adjoint_with_paddle_forward():
     """⟨interp(x), g⟩ = ⟨x, interp_grad(g)⟩ with Paddle's forward op."""
     import paddle

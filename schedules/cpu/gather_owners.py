@@ -13,6 +13,7 @@ Blocks are of three kinds, told apart by their loop nests (never by op name):
   that an empty reduction still writes zeros;
 * spatial blocks (tables, casts): parallel outer loops, the innermost left contiguous.
 
+A kernel with target-specific blocks (the ``tvmgrad_on_cuda`` parameter) keeps its CPU ones.
 A policy for every block: it fits any function whose annotated blocks have one letter per loop.
 """
 
@@ -21,13 +22,13 @@ from __future__ import annotations
 from ..fits import loop_letters_match
 from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, spatial
-from .annotated_loops import with_annotated
+from .annotated_loops import specialise, with_annotated
 
 __all__ = ["schedule"]
 
 
 def schedule(sch, target=None):
-    return with_annotated(sch, _annotated, _gather)
+    return with_annotated(specialise(sch, 0), _annotated, _gather)
 
 
 def _gather(sch, info) -> None:

@@ -9,6 +9,7 @@ roi.py, signal.py, correlation, affine_grid).
   elementwise block runs in the same thread);
 * spatial blocks (tables, casts): one thread per element.
 
+A kernel with target-specific blocks (the ``tvmgrad_on_cuda`` parameter) keeps its CUDA ones.
 A policy for every block: it fits any function whose annotated blocks have one letter per loop.
 Every block ends up bound to threads (an unbound block would run on the host): checked.
 """
@@ -16,7 +17,7 @@ Every block ends up bound to threads (an unbound block would run on the host): c
 from __future__ import annotations
 
 from ..analysis import analyze, epilogue, is_bound, loop_letters, top_blocks
-from ..cpu.annotated_loops import annotated_first
+from ..cpu.annotated_loops import annotated_first, specialise
 from ..fits import loop_letters_match
 from ..loops import fuse, keep_in_registers
 from ..schedule_rule import ScheduleRule
@@ -29,6 +30,7 @@ THREADS = 256
 
 
 def schedule(sch, target):
+    sch = specialise(sch, 1)
     done = []
     for block in annotated_first(sch, _annotated):
         if sch.get(block).name_hint in done:
