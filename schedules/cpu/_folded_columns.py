@@ -29,7 +29,7 @@ from ..loops import fuse
 from ..red_rows_roles import role
 from ._parallel import serial_reduction
 
-__all__ = ["ColumnFold", "column_folds", "split_rows", "fold", "merge"]
+__all__ = ["ColumnFold", "column_folds", "split_rows", "fold", "merge", "share_columns"]
 
 PARTS = 16    # row chunks of a ``chunks`` fold (>= the cores of a typical host: one per worker)
 
@@ -176,3 +176,10 @@ def _as_parallel(sch, loop) -> None:
     sch.state.replace(sch.get_sref(loop), tirx.For(old.loop_var, old.min, old.extent,
                                                    tirx.ForKind.PARALLEL, old.body,
                                                    old.thread_binding, old.annotations))
+
+
+def share_columns(sch, partials) -> None:
+    """The column loops of several ``chunks`` partial sums merged (one pass over the row's
+    columns accumulates them all: the row read once for them)."""
+    if len(partials) > 1:
+        sch.merge(*[sch.get_loops(b)[2] for b in partials])

@@ -28,7 +28,7 @@ from ..loops import each_nest, fuse, set_scopes
 from ..red_rows_roles import (attach_followers, inline_internal, kept_loops, output_groups, role,
                               unpack_group)
 from ..schedule_rule import ScheduleRule
-from ._folded_columns import column_folds, fold, merge, split_rows
+from ._folded_columns import column_folds, fold, merge, share_columns, split_rows
 from ._isa import vector_unit
 from ._parallel import serial_reduction, spatial
 
@@ -115,6 +115,8 @@ def _fused_rows(sch, group, target) -> set:
         set_scopes(sch, rs, "local")
     for f, partial in zip(folds, partials):
         merge(sch, f, partial, ro)
+    if chunks:
+        share_columns(sch, partials)
     return names
 
 
