@@ -66,8 +66,8 @@ def column_folds(sch, ro, lead: int) -> list:
 
 def _column_fold(sch, ro, cs, row_vars):
     info = analyze(sch, cs)
-    if sch.get(cs).init is None or len(sch.get(cs).writes) != 1:
-        return None
+    if sch.get(cs).init is None or len(sch.get(cs).writes) != 1 or sch.get_producers(cs):
+        return None                       # (it reads only inputs: nothing the row loop makes)
     bind = _bindings(sch, cs)
     loops = []                       # (iter var, position, reduced?) of each of cs's loops
     for pos, lp in enumerate(info.loops):
