@@ -122,8 +122,9 @@ def layer_norm_grad(x, scale, bias, mean, variance, out_grad, epsilon, begin_nor
     def xhat(i, j):
         return (ld(x, i, j) - ld(mean, i, to=dt)) * rstd(i)
 
-    def xhat_col(i, j):     # the column reductions recompute 1/√(var + ε) (rv_rstd is per row)
-        return (ld(x, i, j) - ld(mean, i, to=dt)) / tirx.sqrt(ld(variance, i, to=dt) + eps)
+    def xhat_col(i, j):     # the column reductions recompute 1/√(var + ε) (rv_rstd is per row),
+        # a factor constant along a row (LLVM hoists it; a division would stay per element)
+        return (ld(x, i, j) - ld(mean, i, to=dt)) * (one / tirx.sqrt(ld(variance, i, to=dt) + eps))
 
     def t(i, j):
         g = ld(out_grad, i, j)
@@ -277,8 +278,9 @@ def group_norm_grad(x, scale, bias, y, mean, variance, y_grad, epsilon, groups, 
     def xhat(n, g, c, m):
         return (at(x, n, g, c, m) - ld(mean, n, g, to=dt)) * rstd(n, g)
 
-    def xhat_col(n, g, c, m):   # the column reductions recompute 1/√(var + ε)
-        return (at(x, n, g, c, m) - ld(mean, n, g, to=dt)) / tirx.sqrt(ld(variance, n, g, to=dt) + eps)
+    def xhat_col(n, g, c, m):   # the column reductions recompute 1/√(var + ε) (a factor)
+        return (at(x, n, g, c, m) - ld(mean, n, g, to=dt)) * (
+            one / tirx.sqrt(ld(variance, n, g, to=dt) + eps))
 
     def tt(n, g, c, m):
         d = at(y_grad, n, g, c, m)

@@ -50,6 +50,8 @@ LN_CASES = {
     "no_scale_no_bias": ((4, 6), 1, False, False),
     "one_column": ((5, 1), 1, True, True),
     "long_row": ((3, 700), 1, True, True),
+    # more rows than the CPU kernel's chunks of rows (its scale/bias partial sums), uneven
+    "many_rows": ((37, 20), 1, True, True),
 }
 
 
@@ -178,6 +180,8 @@ GN_CASES = {
     "group_per_channel": ((2, 3, 4), 4, "NHWC", True, True),
     "no_params": ((2, 6, 5), 3, "NCHW", False, False),
     "nc_only": ((3, 4), 2, "NCHW", True, True),
+    # HW past the CPU kernel's vector lanes (its per-row scale/bias partials), with a tail
+    "nchw_long_rows": ((3, 4, 5, 9), 2, "NCHW", True, True),
 }
 
 

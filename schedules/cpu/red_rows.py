@@ -10,9 +10,11 @@ inlined).
 * reduced axis in the middle (e.g. softmax over axis 1 of (pre, n, post)): parallel over
   ``pre``; per ``pre`` the reductions sweep the (n, post) slab row by row into a ``post``-long
   vector of partial results (contiguous, vectorisable), then the outputs;
-* column reductions (``col_sum``): the generic CPU rule (parallel partial sums streaming whole
-  rows, then a sum of the partials); other reductions parallel over their kept dims; spatial
-  blocks: the generic rule.
+* column reductions (``col_sum``) over the rows of such a group, reading its data (the norms'
+  scale/bias grads): summed in the same row loop, while the row is in cache (_folded_columns.py:
+  partial sums per row or per chunk of rows, then their sum); other column reductions: the
+  generic CPU rule (parallel partial sums streaming whole rows, then a sum of the partials);
+  other reductions parallel over their kept dims; spatial blocks: the generic rule.
 
 It fits a function with role blocks (``fits.fused_rows``).
 """
@@ -22,12 +24,13 @@ from __future__ import annotations
 from .. import cpu as generic
 from ..analysis import analyze, const_extent, top_blocks
 from ..fits import fused_rows
-from ..loops import each_nest, set_scopes
+from ..loops import each_nest, fuse, set_scopes
 from ..red_rows_roles import (attach_followers, inline_internal, kept_loops, output_groups, role,
                               unpack_group)
 from ..schedule_rule import ScheduleRule
+from ._folded_columns import column_folds, fold, merge, share_columns, split_rows
 from ._isa import vector_unit
-from ._parallel import parallel, serial_reduction, spatial
+from ._parallel import serial_reduction, spatial
 
 __all__ = ["schedule", "RULE"]
 
@@ -74,7 +77,18 @@ def _fused_rows(sch, group, target) -> set:
         for b in group:
             spatial(sch, sch.get_loops(b))
         return names
-    outer = parallel(sch, loops[:lead])
+    folds = column_folds(sch, ro, lead) if target is not None else []
+    chunks = any(f.kind == "chunks" for f in folds)
+    if chunks:
+        folds = [f for f in folds if f.kind == "chunks"]
+        split_rows(sch, loops[:lead])
+    else:
+        fuse(sch, loops[:lead])
+    sch.parallel(sch.get_loops(ro)[0])
+    depth = 2 if chunks else 1          # the loops over the rows (chunks, then rows in one)
+    outer = sch.get_loops(ro)[depth - 1]
+    partials = [fold(sch, f, lambda s, b, red, lp: _lane_sums(s, b, red, lp, target))
+                for f in folds]
     attach_followers(sch, followers, outer)
     if target is not None:
         rs_blocks = _one_reduction(sch, rs_blocks)
@@ -84,7 +98,7 @@ def _fused_rows(sch, group, target) -> set:
     for rs in rs_blocks:
         sch.compute_at(rs, outer, preserve_unit_loops=False)
         info = analyze(sch, rs)
-        inner = [(lp, k) for lp, k in zip(info.loops[1:], info.loop_kinds[1:])
+        inner = [(lp, k) for lp, k in zip(info.loops[depth:], info.loop_kinds[depth:])
                  if const_extent(sch, lp) != 1]
         red = [lp for lp, k in inner if k == "R"]
         spat = [lp for lp, k in inner if k == "S"]
@@ -92,13 +106,17 @@ def _fused_rows(sch, group, target) -> set:
             # the reduced loops go outside the kept ones: whole contiguous rows per step
             sch.reorder(*red, *spat)
         elif red and target is not None and len(rs_blocks) == 1:
-            moved = _lane_sums(sch, rs, red, outer, target)
+            moved = _lane_sums(sch, rs, red, outer, target, depth)
             if moved is not None:
                 outer = moved
                 red = analyze(sch, rs).reduce_loops   # now the loop over the lanes
         if red:
             sch.decompose_reduction(rs, red[0])
         set_scopes(sch, rs, "local")
+    for f, partial in zip(folds, partials):
+        merge(sch, f, partial, ro)
+    if chunks:
+        share_columns(sch, partials)
     return names
 
 
@@ -117,7 +135,7 @@ def _one_reduction(sch, rs_blocks) -> list:
     return reductions
 
 
-def _lane_sums(sch, rs, red, outer, target):
+def _lane_sums(sch, rs, red, outer, target, depth=1):
     """A row reduction whose innermost reduced loop walks contiguous memory summed in vector
     lanes: that loop split by ``2 x`` the accumulator's lanes (two independent vector chains) and
     factored out (``rfactor``) into a per-lane partial block, vectorised over the lanes, which
@@ -138,8 +156,8 @@ def _lane_sums(sch, rs, red, outer, target):
         return None                   # a short row: the serial sum is as fast
     _, lane = sch.split(red[-1], [None, lanes])
     partial = sch.rfactor(lane, len(sch.get(rs).writes[0].region))
-    loops = sch.get_loops(partial)     # [row, the reduced loops, the vector steps, the lanes]
-    row = loops[0]
+    loops = sch.get_loops(partial)     # [rows, the reduced loops, the vector steps, the lanes]
+    row = loops[depth - 1]
     for block in sch.get_child_blocks(outer):
         sch.reverse_compute_at(block, row, preserve_unit_loops=True)
     sch.vectorize(loops[-1])
