@@ -26,7 +26,7 @@ from tvmgrad.families.complex import Complex
 from tvmgrad.families.linalg import Core, linalg_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import units
+from ._extern import CW, ceildiv, i64, units
 
 __all__ = ["Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye", "zeros", "trsm", "lu",
            "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal", "lift_to", "select"]
@@ -399,7 +399,11 @@ def _seq(n):
 
 def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, name: str = "trsm") -> Mx:
     """X with op(A)·X = B (A: n x n triangular, ``lower`` or upper, op: N, T or H; ``unit``: the
-    diagonal is taken as 1). One sequential unit per (batch, column of B)."""
+    diagonal is taken as 1). Two forms, chosen by ``ctx.on_cuda()``: on CUDA one sequential unit
+    (a thread) per (batch, column of B), each walking its column; on the CPU one unit per (batch,
+    strip of CW columns), whose rows are updated a whole strip at a time
+    (X[i, strip] -= op(A)[i, j]·X[j, strip]: a contiguous loop that LLVM vectorises, where a
+    column walk would be scalar loads strided by a row)."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
@@ -414,31 +418,54 @@ def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, nam
     nb = len(groups)
     m_lower = lower if trans == "N" else not lower
     shape = groups + [bf.rows, bf.cols] + ([2] if cplx else [])
+    on_cuda = ctx.on_cuda()
 
     def gen(ins, outs):
         A, B, X = _Buf(ins[0], cplx), _Buf(ins[1], cplx), _Buf(outs[0], cplx)
         n, k = ins[1].shape[nb], ins[1].shape[nb + 1]
-        with IRBuilder() as ib:
-            with units(name, list(ins[1].shape[:nb]) + [k]) as vs:
-                bt, c = vs[:nb], vs[nb]
-                T.reads(A.region(*bt, (0, n), (0, n)), B.region(*bt, (0, n), c))
-                T.writes(X.region(*bt, (0, n), c))
-                acc = _Acc(la.compute, cplx)
 
-                def m_at(i, j):
-                    if trans == "N":
-                        return A[(*bt, i, j)]
-                    v = A[(*bt, j, i)]
-                    return cconj(v) if trans == "H" else v
+        def m_at(bt, i, j):
+            if trans == "N":
+                return A[(*bt, i, j)]
+            v = A[(*bt, j, i)]
+            return cconj(v) if trans == "H" else v
 
-                with _seq(n) as ii:
-                    i = ii if m_lower else n - 1 - ii
-                    acc.set(B[(*bt, i, c)])
-                    with _seq(ii) as jj:
-                        j = jj if m_lower else n - 1 - jj
-                        acc.set(acc.get() - cmul(m_at(i, j), X[(*bt, j, c)]))
-                    X[(*bt, i, c)] = acc.get() if unit else cdiv(acc.get(), m_at(i, i))
-        return ib.get()
+        with IRBuilder() as cuda:
+            with T.If(on_cuda == 1), T.Then():
+                with units(name, list(ins[1].shape[:nb]) + [k]) as vs:
+                    bt, c = vs[:nb], vs[nb]
+                    T.reads(A.region(*bt, (0, n), (0, n)), B.region(*bt, (0, n), c))
+                    T.writes(X.region(*bt, (0, n), c))
+                    acc = _Acc(la.compute, cplx)
+                    with _seq(n) as ii:
+                        i = ii if m_lower else n - 1 - ii
+                        acc.set(B[(*bt, i, c)])
+                        with _seq(ii) as jj:
+                            j = jj if m_lower else n - 1 - jj
+                            acc.set(acc.get() - cmul(m_at(bt, i, j), X[(*bt, j, c)]))
+                        X[(*bt, i, c)] = acc.get() if unit else cdiv(acc.get(), m_at(bt, i, i))
+        with IRBuilder() as cpu:
+            with T.If(on_cuda == 0), T.Then():
+                strips = ceildiv(k, CW)
+                with units(name, list(ins[1].shape[:nb]) + [strips]) as vs:
+                    bt, c0 = vs[:nb], vs[nb] * i64(CW)
+                    width = tirx.min(i64(CW), k - c0)
+                    T.reads(A.region(*bt, (0, n), (0, n)), B.region(*bt, (0, n), (c0, c0 + width)))
+                    T.writes(X.region(*bt, (0, n), (c0, c0 + width)))
+                    acc = _Acc(la.compute, cplx, CW)
+                    with _seq(n) as ii:
+                        i = ii if m_lower else n - 1 - ii
+                        with _seq(width) as cc:
+                            acc.set(B[(*bt, i, c0 + cc)], cc)
+                        with _seq(ii) as jj:
+                            j = jj if m_lower else n - 1 - jj
+                            with _seq(width) as cc:
+                                x = X[(*bt, j, c0 + cc)]
+                                acc.set(acc.get(cc) - cmul(m_at(bt, i, j), x), cc)
+                        with _seq(width) as cc:
+                            v = acc.get(cc)
+                            X[(*bt, i, c0 + cc)] = v if unit else cdiv(v, m_at(bt, i, i))
+        return tirx.SeqStmt([cuda.get(), cpu.get()])
 
     t = te.extern([shape], [af.tensor, bf.tensor], gen, name=name, dtype=[la.compute])
     return tensor_mx(ctx, t, cplx)
@@ -1114,35 +1141,42 @@ def svd_grad(x, u, vh, s, u_grad, vh_grad, s_grad, full_matrices, ctx):
         si, sj = sv(b, i), sv(b, j)
         return tirx.Select(i == j, la.zero(), one / (sj * sj - si * si))
 
-    terms = []
-    if s_grad is not None:
-        gs, _ = vec(ctx, s_grad, "s_grad")
-        terms.append((U * Mx(ctx, lambda b, i, j: gs(b, j), m_, k, False)) @ VH)
+    # x_grad = (U M + [m > k] Pu) Vh + [n > k] U Pv with the k x k middle
+    # M = diag(gS) + ((U^H gU - gU^H U) ∘ s_j + s_i (Vh gVh^H - gVh Vh^H)) ∘ F: two products
+    # with U and Vh instead of one per term (F is 0 on the diagonal)
+    if s_grad is None and u_grad is None and vh_grad is None:
+        return finish(zeros(ctx, m_, n_, cplx), "x_grad")
+    parts, proj_u, proj_v = [], None, None
     if u_grad is not None:
         du = inp(ctx, u_grad, "u_grad").sub(zero, zero, m_, k)
         du = du.m("duk") if full_matrices else du
         utg = (U.H @ du).m("utg")
-        inner = Mx(ctx, lambda b, i, j: cmul(utg(b, i, j) - cconj(utg(b, j, i)), fmat(b, i, j) * sv(b, j)), k, k, cplx)
-        ut = U @ inner
+        parts.append(lambda b, i, j: cmul(utg(b, i, j) - cconj(utg(b, j, i)), sv(b, j)))
         if m_gt:
-            proj = du - (U @ utg)
-            ut = ut + proj.map(lambda v, b, i, j: cdiv(v, sv(b, j)))
-        terms.append(ut.m("ut") @ VH)
+            proj_u = (du - (U @ utg)).map(lambda v, b, i, j: cdiv(v, sv(b, j)))
     if vh_grad is not None:
         dvh = inp(ctx, vh_grad, "vh_grad").sub(zero, zero, k, n_)
         dvh = dvh.m("dvhk") if full_matrices else dvh
         a1 = (VH @ dvh.H).m("vtg")
-        inner = Mx(ctx, lambda b, i, j: cmul(a1(b, i, j) - cconj(a1(b, j, i)), fmat(b, i, j)), k, k, cplx)
-        vt = (inner @ VH).map(lambda v, b, i, j: cmul(v, sv(b, i)))
+        parts.append(lambda b, i, j: cmul(a1(b, i, j) - cconj(a1(b, j, i)), sv(b, i)))
         if n_gt:
-            proj = dvh - (a1.H @ VH)
-            vt = vt + proj.map(lambda v, b, i, j: cdiv(v, sv(b, i)))
-        terms.append(U @ vt.m("vt"))
-    if not terms:
-        return finish(zeros(ctx, m_, n_, cplx), "x_grad")
-    total = terms[0]
-    for t in terms[1:]:
-        total = total + t
+            proj_v = (dvh - (a1.H @ VH)).map(lambda v, b, i, j: cdiv(v, sv(b, i)))
+    gs = vec(ctx, s_grad, "s_grad")[0] if s_grad is not None else None
+    if parts:
+        def middle(b, i, j):
+            off = parts[0](b, i, j)
+            for p in parts[1:]:
+                off = off + p(b, i, j)
+            off = cmul(off, fmat(b, i, j))          # one division for both parts
+            return select(i == j, lift_to(gs(b, i), cplx), off) if gs is not None else off
+        left = U @ Mx(ctx, middle, k, k, cplx)
+    else:
+        left = U * Mx(ctx, lambda b, i, j: gs(b, j), m_, k, False)
+    if proj_u is not None:
+        left = left + proj_u
+    total = left @ VH
+    if proj_v is not None:
+        total = total + U @ proj_v
     return finish(total, "x_grad")
 
 

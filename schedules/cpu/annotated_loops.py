@@ -19,7 +19,7 @@ from ..loops import each_nest
 from ..schedule_rule import ScheduleRule
 from ._parallel import parallel, spatial
 
-__all__ = ["schedule", "specialise", "annotated_first", "with_annotated", "RULE"]
+__all__ = ["schedule", "specialise", "target_form", "annotated_first", "with_annotated", "RULE"]
 
 
 def schedule(sch, target=None):
@@ -59,6 +59,21 @@ def specialise(sch, on_cuda: int):
         return sch
     func = func.specialize({flag[0]: tirx.IntImm("int64", on_cuda)})
     mod = s_tir.transform.StmtSimplify()(tvm.IRModule({"main": func}))
+    return s_tir.Schedule(mod["main"])
+
+
+def target_form(sch, on_cuda: int):
+    """``specialise`` with no simplification beyond dropping the other target's blocks: the
+    rest of the function stays as it was (a loop of extent 1 keeps its iter var binding, which
+    a schedule that fuses a block's loops relies on)."""
+    import tvm
+    from tvm import s_tir, tirx
+    func = sch.mod["main"]
+    flag = [p for p in func.params if p.name == TARGET_FLAG]
+    if not flag:
+        return sch
+    func = func.specialize({flag[0]: tirx.IntImm("int64", on_cuda)})
+    mod = tirx.transform.RemoveNoOp()(tvm.IRModule({"main": func}))
     return s_tir.Schedule(mod["main"])
 
 

@@ -3,7 +3,7 @@ products (the linalg family, te_defs/linalg.py).
 
 * sequential units (spatial sblocks inside a ``te.extern``: a triangular solve per batch element and
   right-hand-side column, an LU factorisation per matrix, ...): one thread per unit, UNIT_THREADS
-  per block;
+  per block (a kernel with CPU and CUDA forms of its units keeps the CUDA ones);
 * matrix products (sblock attr ``la.kind`` = "matmul"): a thread block per (batch, row) and strip
   of MM_THREADS columns, one thread per output element, the k loop serial in a register;
 * other reductions (per-batch sums): one thread per output element, the reduction a serial loop
@@ -21,6 +21,7 @@ from ..fits import units_or_matmuls
 from ..loops import fuse, keep_in_registers, outside_externs
 from ..schedule_rule import ScheduleRule
 from . import _elementwise as elementwise
+from ..cpu.annotated_loops import target_form
 from ._threads import bind_threads, check_all_bound
 
 __all__ = ["schedule", "schedule_around_externs", "units", "check_bound", "RULE"]
@@ -31,7 +32,7 @@ MM_THREADS = 32
 
 
 def schedule(sch, target=None):
-    return schedule_around_externs(sch, units, reduction)
+    return schedule_around_externs(target_form(sch, 1), units, reduction)
 
 
 def schedule_around_externs(sch, schedule_unit, schedule_reduction):
