@@ -51,21 +51,21 @@ def annotated_first(sch, rule):
 
 def specialise(sch, on_cuda: int):
     """Fix the ``tvmgrad_on_cuda`` parameter (if any) and drop the other target's blocks."""
-    import tvm
-    from tvm import s_tir, tirx
-    func = sch.mod["main"]
-    flag = [p for p in func.params if p.name == TARGET_FLAG]
-    if not flag:
-        return sch
-    func = func.specialize({flag[0]: tirx.IntImm("int64", on_cuda)})
-    mod = s_tir.transform.StmtSimplify()(tvm.IRModule({"main": func}))
-    return s_tir.Schedule(mod["main"])
+    from tvm import s_tir
+    return _fix_target(sch, on_cuda, s_tir.transform.StmtSimplify())
 
 
 def target_form(sch, on_cuda: int):
     """``specialise`` with no simplification beyond dropping the other target's blocks: the
     rest of the function stays as it was (a loop of extent 1 keeps its iter var binding, which
     a schedule that fuses a block's loops relies on)."""
+    from tvm import tirx
+    return _fix_target(sch, on_cuda, tirx.transform.RemoveNoOp())
+
+
+def _fix_target(sch, on_cuda: int, cleanup):
+    """The function with ``tvmgrad_on_cuda`` = ``on_cuda``, then the ``cleanup`` pass (which
+    drops the blocks whose guard became false); ``sch`` itself where it has no such parameter."""
     import tvm
     from tvm import s_tir, tirx
     func = sch.mod["main"]
@@ -73,8 +73,7 @@ def target_form(sch, on_cuda: int):
     if not flag:
         return sch
     func = func.specialize({flag[0]: tirx.IntImm("int64", on_cuda)})
-    mod = tirx.transform.RemoveNoOp()(tvm.IRModule({"main": func}))
-    return s_tir.Schedule(mod["main"])
+    return s_tir.Schedule(cleanup(tvm.IRModule({"main": func}))["main"])
 
 
 def _reduction(sch, info) -> None:
