@@ -28,7 +28,7 @@ import math
 import numbers
 
 from tvmgrad.dtypes import to_compute
-from tvmgrad.families.base import Arg, OpError, OpImpl, Plan
+from tvmgrad.families.base import Arg, OpError, OpImpl, Plan, scalar_arg
 from tvmgrad.lazy import te, tirx
 
 from ._extern import extern, proxy
@@ -116,7 +116,7 @@ class IntPowers(OpImpl):
         size = math.prod(groups)
         loaded = [n for n in present if n not in spec.no_need_buffer]
         args = ([Arg("input", n, shape=(size,)) for n in loaded]
-                + [Arg("scalar", n, dtype="float64", value=float(call.attrs[n])) for n in runtime]
+                + [scalar_arg(op, n, "float64", call.attrs[n]) for n in runtime]
                 + [Arg("output", n, shape=(size,)) for n in out_names])
         key = ("int_powers", op, dt.name, tuple(present), tuple(out_names), static)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]

@@ -442,8 +442,9 @@ def _int_exponents(exponents):
 
 
 def _power(x, e):
-    """x ** e: a float power, or an integer one by square and multiply (e >= 0, wrapping)."""
-    return ipow(x, e) if is_int(x) else tirx.pow(x, e)
+    """x ** e: a float or complex power (``cpow``), or an integer one by square and multiply
+    (e >= 0, wrapping)."""
+    return ipow(x, e) if is_int(x) else cpow(x, e)
 
 
 @int_powers(validate=_int_exponents(lambda f: ([] if f == 0 else [math.trunc(float(f)) - 1], [f])))
@@ -473,19 +474,19 @@ def _pow_coef(yf, k, like):
 def _pow_x(x, yf, k):
     """x^(y-k) with the exponent ``y - k`` formed in float32, as Paddle's Pow(x, exponent - k)
     (complex x: ``cpow``, Paddle's polar form; integer x: T(y - k), square and multiply)."""
-    e = _to(yf - float(k), x.re if is_cplx(x) else x)
-    return ipow(x, e) if is_int(x) else cpow(x, e)
+    return _power(x, _to(yf - float(k), x.re if is_cplx(x) else x))
 
 
 def _float32_terms(f, ks):
-    """y - k and y(y-1)...(y-k+1) for each k of ``ks``, in float32 as Paddle's kernels form them."""
-    terms = []
+    """(y - k, y(y-1)...(y-k+1)) for the k of ``ks``, in float32 as Paddle's kernels form them."""
+    exponents, coefficients = [], []
     for k in ks:
         c = f
         for j in range(1, k):
             c = np.float32(c * (f - np.float32(j)))
-        terms += [np.float32(f - np.float32(k)), c]
-    return terms[0::2], terms[1::2]
+        exponents.append(np.float32(f - np.float32(k)))
+        coefficients.append(c)
+    return exponents, coefficients
 
 
 @int_powers(validate=_int_exponents(lambda f: _float32_terms(f, (1,) if f == 1 else (1, 2))))
