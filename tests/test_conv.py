@@ -91,6 +91,9 @@ CONV2D = {
     "wide": ((1, 3, 5, 70), (66, 3, 1, 3), attrs2(paddings=[0, 1])),
     "unit": ((1, 1, 1, 1), (1, 1, 1, 1), attrs2()),
     "kernel_eq_input": ((2, 2, 3, 3), (2, 2, 3, 3), attrs2()),
+    # channel-first with a full grain of channels: the data grad is computed channel-last
+    "many_channels": ((2, 48, 5, 9), (4, 48, 3, 3), attrs2(paddings=[1, 1], dilations=[1, 2])),
+    "many_channels_s2": ((1, 96, 6, 8), (8, 48, 3, 3), attrs2(strides=[2, 2], paddings=[1, 1], groups=2)),
 }
 
 
@@ -288,7 +291,7 @@ def double_inputs(x, w, attrs, which=("x", "w")):
 
 @pytest.mark.sweep
 @pytest.mark.parametrize("which", [("x", "w"), ("x",), ("w",)])
-@pytest.mark.parametrize("name", ["pad1", "stride2_pad4", "nhwc"])
+@pytest.mark.parametrize("name", ["pad1", "stride2_pad4", "nhwc", "many_channels_s2"])
 def test_conv2d_grad_grad(name, which):
     x, w, attrs = CONV2D[name]
     check("conv2d_grad_grad", double_inputs(x, w, attrs, which), attrs, "float64",
