@@ -365,3 +365,21 @@ def test_conv_errors():
     xt, wt, at = TRANSPOSE["plain"]
     with pytest.raises(ValueError, match=r"conv3d_transpose_grad: input 'out_grad' has spatial size"):
         tvmgrad.run("conv3d_transpose_grad", {"x": N(*xt), "filter": N(*wt), "out_grad": N(2, 2, 9, 6, 4)}, at)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_channel_last_data_grad_compiles_to_cubin_without_spills():
+    """The CUDA build of the CPU-driven forms: a channel-first data grad computed channel-last
+    (many channels), its double grad, and filter grads reading x in place (a last spatial dim
+    that the reduction grain divides, in 2-D and 3-D)."""
+    from cubins import assert_compiles_without_spills, plans_of
+    calls = []
+    for op, (x, w, attrs) in (("conv2d_grad", ((1, 64, 8, 8), (64, 64, 3, 3), attrs2(paddings=[1, 1]))),
+                              ("conv2d_grad", CONV2D["many_channels_s2"]),
+                              ("conv3d_grad", ((1, 4, 3, 4, 8), (4, 4, 3, 3, 3), attrs3(paddings=[1, 1, 1])))):
+        calls.append((op, {k: v.astype("float32") for k, v in conv_inputs(x, w, attrs).items()}, attrs))
+    x, w, attrs = CONV2D["many_channels_s2"]
+    calls.append(("conv2d_grad_grad", {k: v.astype("float32") for k, v in
+                                       double_inputs(x, w, attrs, ("x", "w")).items()}, attrs))
+    assert_compiles_without_spills(plans_of(calls))
