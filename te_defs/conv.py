@@ -20,7 +20,11 @@ contiguous, bounds-check-free rows:
 The M axis (rows of the broadcast operand) and the vectorised N axis (contiguous in its operand)
 depend on the layout: channel-first layouts vectorise along the last spatial dim and block over
 channels; channel-last ones the other way round; depthwise convolutions (one channel per group)
-block over groups instead of the one channel. Paddle 3.3.1 semantics (phi/kernels/impl/
+block over groups instead of the one channel. A channel-first data grad with many channels and a
+small window is computed channel-last all the same (``_channel_last_data``: exact lanes, and
+spatial rows padded to ``row_grain``, 56 rather than 64). The filter grad's spatial reduction
+is padded to ``sgrain`` (the least padding), and x is read in place rather than unfolded when
+that pads nothing. Paddle 3.3.1 semantics (phi/kernels/impl/
 conv_grad_kernel_impl.h, conv_grad_grad_kernel_impl.h, conv_transpose_grad_kernel_impl.h,
 cpu/conv_util.h): paddings are [lo, hi] per dim when 2·S long; SAME makes every dilation 1 and
 pads (max((ceil(I/s) − 1)·s + k − I, 0)) split low-first; a double grad whose optional
