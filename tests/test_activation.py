@@ -424,6 +424,7 @@ HIGHER_ORDER = {
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", sorted(HIGHER_ORDER))
+@pytest.mark.sweep
 def test_higher_order_values(case, dtype):
     op, make, attrs, kinks, extra, *opts = HIGHER_ORDER[case]
     opts = opts[0] if opts else {}

@@ -120,6 +120,7 @@ def _inputs(op, x, g):
 
 @pytest.mark.parametrize("dtype", CPLX)
 @pytest.mark.parametrize("op", X_OPS + sorted(OUT_OPS) + ["silu_grad", "logsigmoid_grad"])
+@pytest.mark.sweep
 def test_unary_complex(op, dtype):
     x = crand((3, 5), seed=1, scale=1.5).astype(dtype)
     g = crand((3, 5), seed=2).astype(dtype)

@@ -51,6 +51,7 @@ def _g_call(g_spec, sig, primals, attrs):
 
 
 @pytest.mark.parametrize("g,d", _links(), ids=lambda x: x)
+@pytest.mark.sweep
 def test_higher_order_grad_is_vjp_of_lower(g, d):
     specs = load_specs()
     g_spec, d_spec = specs[g], specs[d]

@@ -797,6 +797,7 @@ def _ue_recv_inputs(message, reduce, y_feats, seed=0):
 @pytest.mark.parametrize("y_feats", [(2, 3), (1,)])
 @pytest.mark.parametrize("message", ["ADD", "MUL"])
 @pytest.mark.parametrize("reduce", ["SUM", "MEAN", "MIN", "MAX"])
+@pytest.mark.sweep
 def test_send_ue_recv(reduce, message, y_feats):
     check("send_ue_recv_grad", _ue_recv_inputs(message, reduce, y_feats),
           {"message_op": message, "reduce_op": reduce}, "float64",
@@ -988,6 +989,7 @@ def _where_np(cond, xs, ys, g):
 
 @pytest.mark.parametrize("dtype", extra_dtypes("where_grad"))
 @pytest.mark.parametrize("case", ["same", "x_row", "all"])
+@pytest.mark.sweep
 def test_where_extra_dtypes(dtype, case):
     """Paddle only without broadcasting (it reads past its buffers otherwise: test_where_broadcast)."""
     cs, xs, ys = {"same": ((4, 5), (4, 5), (4, 5)), "x_row": ((3, 4), (4,), (3, 4)),
@@ -1002,6 +1004,7 @@ def test_where_extra_dtypes(dtype, case):
 
 @pytest.mark.parametrize("dtype", extra_dtypes("masked_select_grad"))
 @pytest.mark.parametrize("xs,ms", [((4, 5), (4, 5)), ((4,), (3, 4)), ((3, 4), (4,))])
+@pytest.mark.sweep
 def test_masked_select_extra_dtypes(dtype, xs, ms):
     mask = rng(4).random(ms) > 0.4
     full = np.broadcast_shapes(xs, ms)
@@ -1019,6 +1022,7 @@ def test_masked_select_extra_dtypes(dtype, xs, ms):
 @pytest.mark.parametrize("dtype", extra_dtypes("index_put_grad"))
 @pytest.mark.parametrize("accumulate", [False, True])
 @pytest.mark.parametrize("case", ["pairs", "broadcast_value", "bool_mask"])
+@pytest.mark.sweep
 def test_index_put_extra_dtypes(dtype, accumulate, case):
     x = data(dtype, 4, 3)
     g = data(dtype, 4, 3, seed=1)
@@ -1196,6 +1200,7 @@ EXTRA_SLOW = ("complex128", "bool", "int8", "uint8", "int16", "int64")     # (th
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [pytest.param(d, marks=[pytest.mark.slow] if d in EXTRA_SLOW else [])
                                    for d in CPLX + INTLIKE])
+@pytest.mark.sweep
 def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
     """Every indexing op's kernel in each complex/integer/bool dtype it takes (its example call
     in that dtype) compiles for CUDA."""

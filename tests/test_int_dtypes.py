@@ -167,6 +167,7 @@ def _run(op, inputs, attrs, **options):
 
 @pytest.mark.parametrize("dtype", NARROW)
 @pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, False), (False, True)])
+@pytest.mark.sweep
 def test_cumsum_grad(dtype, exclusive, reverse):
     g = _ints(dtype, (3, 70), seed=3)                          # several scan chunks, wrapping sums
     x = np.zeros_like(g)

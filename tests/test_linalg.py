@@ -494,6 +494,7 @@ BATCH_ATTRS = {"matrix_power_grad": {"n": 2}, "cholesky_grad": {"upper": False},
 
 
 @pytest.mark.parametrize("op", sorted(BATCH_CASES))
+@pytest.mark.sweep
 def test_batch_dims_must_match(op):
     """Every tensor's batch dims are checked against the others' (Paddle's kernels assume them
     equal): an extra, missing or size-1 batch dim that would broadcast is a ValueError naming the

@@ -477,6 +477,7 @@ def _bigints(shape, dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", CPLX + ALL_INTS)
+@pytest.mark.sweep
 def test_concat_and_stack_grads_complex_and_ints(dtype):
     xs = [_data(s, dtype, seed=i) for i, s in enumerate([(2, 3, 4), (2, 1, 4), (2, 5, 4)])]
     g = _data((2, 9, 4), dtype, seed=9)
@@ -503,6 +504,7 @@ def _unbind_grad_paddle(pieces, axis):
 
 
 @pytest.mark.parametrize("dtype", CPLX + ALL_INTS)
+@pytest.mark.sweep
 def test_expand_and_broadcast_grads_complex_and_ints(dtype):
     """Sums over broadcast dims: complex both parts, integers wrapping as Paddle's kernels
     (large values), bool as an OR."""

@@ -201,6 +201,7 @@ def test_kron_grad_errors():
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("B,I,J,O", [(3, 4, 5, 6), (1, 1, 1, 1), (5, 7, 3, 70)])
+@pytest.mark.sweep
 def test_bilinear_grad(dtype, B, I, J, O):
     check("bilinear_grad", {"x": N(B, I), "y": N(B, J), "weight": N(O, I, J),
                             "out_grad": N(B, O)}, {}, dtype, rtol=5e-5 if dtype == "float32" else None)
@@ -232,6 +233,7 @@ MULTI_DOT = [
 
 
 @pytest.mark.parametrize("shapes,g", MULTI_DOT)
+@pytest.mark.sweep
 def test_multi_dot_grad(shapes, g):
     check("multi_dot_grad", {"x": [N(*s, seed=i) for i, s in enumerate(shapes)],
                              "out_grad": N(*g, seed=9)}, {}, "float64", oracle=multi_dot_oracle)

@@ -186,6 +186,7 @@ GN_CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(GN_CASES))
+@pytest.mark.sweep
 def test_group_norm_grad(case):
     shape, groups, fmt, sc, bi = GN_CASES[case]
     inputs = _gn_inputs(shape, groups, fmt, sc, bi)
