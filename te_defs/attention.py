@@ -279,8 +279,12 @@ def _exp(x, cdt):
     two_n = tirx.reinterpret("float32", (n.astype("int32") + tirx.const(127, "int32"))
                              << tirx.const(23, "int32"))
     y = y * two_n
+    # NaN by its bits (exponent all ones, mantissa not zero): tirx.isnan makes TVM's vectoriser
+    # scalarise the whole loop, and ``x != x`` is simplified to false
+    magnitude = tirx.reinterpret("int32", x) & tirx.const(0x7FFFFFFF, "int32")
+    nan = magnitude > tirx.const(0x7F800000, "int32")
     return tirx.Select(x > c(hi), c(float("inf")),
-                       tirx.Select(x < c(lo), c(0.0), tirx.Select(tirx.isnan(x), x, y)))
+                       tirx.Select(x < c(lo), c(0.0), tirx.Select(nan, x, y)))
 
 
 def _clamp(ctx, i, n):

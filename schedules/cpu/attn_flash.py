@@ -1,21 +1,28 @@
 """CPU schedule of the attention grads (te_defs/attention.py): tiled, never an S x S buffer.
 
+Every tile product is a register-blocked micro-kernel of gemm_dense's size for the target
+(``micro_kernel``: mb rows x nb lanes of accumulators, AVX2 4 x 16; the dK/dV pair mb/2 rows,
+since it keeps two accumulators per element): per reduction step mb broadcasts, nb/lanes vector
+loads and mb·nb/lanes FMAs, the accumulators in registers across the whole reduction.
+
 * dK/dV main block (``attn.main`` = kv; loops b, kh, j, d | reduce g, i):
 
       parallel for (b, kh, 64-key tile):
           acc_dk, acc_dv [64, D] = 0
           for g, 64-row tile:
-              S, dP [64, 64] = q·K^T, dO·V^T      (row, d, key: the key axis vectorised)
-              P, dS [64, 64]                      (vectorised along the keys)
-              for key, row: acc[key, :] += dS/P[row, key] · q/dO[row, :]   (d vectorised)
-          epilogue: dK = s·acc_dk, dV = acc_dv (64 x D)
+              S, dP [64, 64] = q·K^T, dO·V^T     for (row, key) blocks: for d: mb x nb FMAs
+              P, dS [64, 64]                     (vectorised along the keys)
+              for d block, key pair, row: acc[keys, d block] += dS/P[row, keys] · q/dO[row, d block]
 
+  the d block outermost so that the q/dO columns it reads stay in L1 across all key pairs
+  (key-outer read the whole q, dO, P and dS tiles, 64 KiB, per pair: L2 traffic).
 * dQ main block (``attn.main`` = q): parallel over (b, h, 64-row tile), tiles recomputed per
-  64-key block, acc[row, :] += dS[row, key]·K[key, :].
+  64-key block, for (row, d) blocks: for key: acc[rows, d block] += dS[rows, key]·K[key, d block].
 * bias grad (``attn.main`` = bias): parallel over 64 x 64 output tiles, the tile stages per
   (broadcast batch, head).
 * the tile stages (``attn.tile``) are computed at the tile loops above; the sources, Δ, lse and the
-  output assembly are plain parallel loops.
+  output assembly are plain parallel loops; K^T and V^T are stored tile by tile
+  (``_key_tiles_contiguous``).
 
 All sequence extents of the tile stages are multiples of 64 (te_defs/attention.GRAIN), so the
 tiles need no bounds checks (the bias grad's, over the unpadded output, have them). It fits a
@@ -27,24 +34,43 @@ from __future__ import annotations
 from ..analysis import analyze, annotations, by_role, const_extent
 from ..fits import attention
 from ..schedule_rule import ScheduleRule
-from ._isa import register_rows, vector_unit
+from ._isa import vector_unit
+from .gemm_dense import micro_kernel
 from ._parallel import parallel
 from .separate_stages import per_block
 
 __all__ = ["schedule", "RULE"]
 
 TILE = 64     # te_defs/attention.GRAIN: every tiled sequence extent is a multiple
-ROWS = 4      # at most this many tile rows share one load of a K^T / V^T row (register blocking;
-              # fewer where the target's vector registers cannot hold their accumulators)
 
 
 def schedule(sch, target):
     unit = vector_unit(target)
     rules = {"kv": _kv, "q": _q, "bias": _bias}
+    _key_tiles_contiguous(sch)
     for block, role in by_role(sch, "attn.main"):
         rules[role](sch, block, unit)
     per_block(sch)
     return sch.mod
+
+
+def _key_tiles_contiguous(sch) -> None:
+    """K^T and V^T ([.., D, Sk]) stored tile by tile, [.., Sk / 64, D, 64]: the rows of one key
+    tile are then one contiguous block instead of D rows a whole sequence apart, which (at a
+    power-of-two stride) all fall into the same few L1 sets and evict each other between the
+    tile's reuses."""
+    from tvm import tirx
+    for block, role in by_role(sch, "attn.src"):
+        if role not in ("kT", "vT"):
+            continue
+        index_dtype = str(sch.get(block).writes[0].source.shape[-1].ty)
+
+        def tiled(*i):
+            *lead, d, j = i
+            return [*lead, tirx.floordiv(j, TILE), d, tirx.floormod(j, TILE)]
+        sch.transform_layout(block, ("write", 0),
+                             tirx.IndexMap.from_func(tiled, ndim=4, index_dtype=index_dtype),
+                             assume_injective_transform=True)
 
 
 def _dtype(sch, block) -> str:
@@ -58,7 +84,8 @@ def _width(sch, loop) -> int:
 
 def _tiles_under(sch, main, loop, unit) -> None:
     """compute_at every tile stage feeding ``main`` at ``loop`` (consumers first), then give each
-    its loop order: S/dP as (row, d, key) with the key axis vectorised, P/dS vectorised."""
+    its loop order: S/dP as micro-kernels (row block, key block, d, rows unrolled, keys
+    vectorised), P/dS vectorised along the keys."""
     placed = {_key(sch, main)}
     pending = _tile_producers(sch, main)
     done = []
@@ -81,12 +108,12 @@ def _tiles_under(sch, main, loop, unit) -> None:
         info = analyze(sch, blk)
         if info.is_reduction:
             r, c, d = loops[-3:]
-            rows = register_rows(unit, _width(sch, c), _dtype(sch, blk), most=ROWS)
-            ro, ri = _split_div(sch, r, rows)
-            sch.reorder(ro, d, ri, c)
-            if ri is not None:
-                sch.unroll(ri)
-            sch.vectorize(c)
+            rows, cols = _micro(sch, blk, unit, c)
+            ro, ri = _split_in(sch, r, rows)
+            co, ci = _split_in(sch, c, cols)
+            sch.reorder(*_present(ro, co, d, ri, ci))
+            sch.unroll(ri)
+            sch.vectorize(ci)
             sch.decompose_reduction(blk, d)
         elif _dtype(sch, blk) == "float32":
             # float64: tirx.exp stays a libm call; an explicitly vectorised float64 exp does not
@@ -94,13 +121,32 @@ def _tiles_under(sch, main, loop, unit) -> None:
             sch.vectorize(loops[-1])
 
 
-def _split_div(sch, loop, factor):
-    """(outer, inner) with inner = factor when it divides the loop's constant extent, else
-    (loop, None)."""
+def _micro(sch, block, unit, lanes_loop, pair=False):
+    """(rows, lanes) of a register tile: gemm_dense's micro-kernel for the target (rows sharing one
+    vector load, lanes a run of vectors), rows halved for a two-output reduction (dK and dV
+    accumulate side by side), neither above the tile."""
+    rows, lanes = micro_kernel(unit, _dtype(sch, block))
+    if pair:
+        rows = max(1, rows // 2)
+    return rows, min(lanes, _width(sch, lanes_loop))
+
+
+def _split_in(sch, loop, factor):
+    """(outer, inner): inner runs ``factor`` iterations, or the largest power-of-two fraction of it
+    that divides the loop's constant extent; (None, loop) when that is the whole loop or nothing
+    divides (a symbolic extent, an odd head dim)."""
     ext = const_extent(sch, loop)
-    if ext is not None and ext % factor == 0 and ext > factor:
-        return tuple(sch.split(loop, [None, factor]))
-    return loop, None
+    if ext is None:
+        return None, loop
+    while factor > 1 and ext % factor:
+        factor //= 2
+    if factor <= 1 and ext > 1 or factor >= ext:
+        return None, loop
+    return tuple(sch.split(loop, [None, factor]))
+
+
+def _present(*loops):
+    return [lp for lp in loops if lp is not None]
 
 
 def _tile_producers(sch, block):
@@ -132,25 +178,27 @@ def _accumulate(sch, block, outer, tiles_at, init_at, unit) -> None:
 
 def _kv(sch, block, unit) -> None:
     b, kh, j, d, g, i = sch.get_loops(block)
-    keys = register_rows(unit, _width(sch, d), _dtype(sch, block), most=2)
+    keys, lanes = _micro(sch, block, unit, d, pair=True)
     jb, jc = sch.split(j, [None, TILE])
     ib, ir = sch.split(i, [None, TILE])
     jco, jci = sch.split(jc, [None, keys])
-    sch.reorder(b, kh, jb, g, ib, jco, ir, jci, d)
+    do, di = _split_in(sch, d, lanes)
+    sch.reorder(b, kh, jb, g, ib, *_present(do, jco, ir, jci, di))
     sch.unroll(jci)
-    sch.vectorize(d)
+    sch.vectorize(di)
     _accumulate(sch, block, [b, kh, jb], ib, g, unit)
 
 
 def _q(sch, block, unit) -> None:
     b, h, i, d, j = sch.get_loops(block)
-    rows = register_rows(unit, _width(sch, d), _dtype(sch, block), most=ROWS)
+    rows, lanes = _micro(sch, block, unit, d)
     ib, ir = sch.split(i, [None, TILE])
     jb, jc = sch.split(j, [None, TILE])
     iro, iri = sch.split(ir, [None, rows])
-    sch.reorder(b, h, ib, jb, iro, jc, iri, d)
+    do, di = _split_in(sch, d, lanes)
+    sch.reorder(b, h, ib, jb, iro, *_present(do, jc, iri, di))
     sch.unroll(iri)
-    sch.vectorize(d)
+    sch.vectorize(di)
     _accumulate(sch, block, [b, h, ib], jb, jb, unit)
 
 
