@@ -12,9 +12,12 @@ fft_grad_kernel_impl.h): ``norm`` = none / 1/N / 1/√N from (normalization, for
 
 The transform runs one axis at a time on flat complex buffers seen as (outer, L, inner):
 
-* L a power of two: Stockham radix-2 autosort, log2 L stages, each a TIR sblock over the L/2
-  butterflies of every line (parallel / one CUDA thread per butterfly), ping-ponging between the
-  two halves of a work buffer; the stage loop runs on the host (a kernel launch per stage on CUDA);
+* L a power of two (``_fft_pow2``), in one of two forms chosen by the ``tvmgrad_on_cuda`` flag:
+  CPU, the four-step algorithm (L = L1·L2, two passes over memory, each a parallel sblock over
+  units of LANES neighbouring lines whose Stockham radix-2/4 stages all run in a cache-sized
+  scratch buffer, vectorised across the lines); CUDA, Stockham radix-2 autosort with one sblock
+  per stage over the butterflies of every line (a thread per butterfly, a launch per stage);
+  both take their twiddles from one two-level table of ~3·√L roots;
 * other L: Bluestein's chirp-z algorithm, a convolution done with three power-of-two FFTs of
   size M >= 2L - 1 (the chirp angles π·(j² mod 2L)/L stay exact).
 
@@ -41,18 +44,23 @@ from ._extern import units
 __all__ = ["fft_c2c_grad", "fft_r2c_grad", "fft_c2r_grad"]
 
 
-def _transform(ctx, z0):
-    """The grad's transform over ``ctx.info.axes`` of the complex signal ``z0(*idx, c)`` (shape:
-    the signal dims ``d0``, ... and a trailing (re, im) dim of 2), one axis at a time."""
+def _transform(ctx, z0, scale=None):
+    """The grad's transform over ``ctx.info.axes`` of the complex signal ``z0`` (shape: the signal
+    dims ``d0``, ... and a trailing (re, im) dim of 2), one axis at a time: ``z0`` is a tensor
+    that the first transform reads as it is, or a function ``z0(*idx, c)`` (computed into one
+    first). ``scale``: a factor the first transform applies as it reads its input."""
     info = ctx.info
     dims = [ctx.symbol(f"d{i}") for i in range(info.rank)]
     sign = ctx.scalars["fft_sign"]                  # +1: e^{+2πi jk/n}, -1: e^{-2πi jk/n}
-    z = te.compute(dims + [2], z0, name="z0")
+    z = z0 if isinstance(z0, te.Tensor) else te.compute(dims + [2], z0, name="z0")
+    cuda = ctx.on_cuda()
     for a, p in zip(info.axes, info.pow2):
         if p:
-            z = _fft_pow2(z, a, ctx.scalars[f"l2_{a}"], sign, info.real, f"fft{a}")
+            z = _fft_pow2(z, a, ctx.scalars[f"l2_{a}"], sign, info.real, f"fft{a}", cuda, scale)
         else:
-            z = _bluestein(z, a, ctx.scalars[f"m_{a}"], ctx.scalars[f"l2m_{a}"], sign, info.real, f"bs{a}")
+            z = _bluestein(z, a, ctx.scalars[f"m_{a}"], ctx.scalars[f"l2m_{a}"], sign, info.real, f"bs{a}",
+                           cuda, scale)
+        scale = None
     return z, dims
 
 
@@ -70,92 +78,272 @@ def _flat(idx, shape):
     return f
 
 
-def _fft_pow2(src, axis: int, l2, sign, real: str, name: str):
-    """Stockham radix-2 FFT along ``axis`` (length L = 2**l2) of a complex tensor ``src`` (shape
-    [..., 2]): X_k = Σ_j x_j e^{sign·2πi jk/L}; returns a tensor of src's shape.
+# Lines a CPU unit transforms together (the vector lanes of its butterflies): a row of 8 complex64
+# values is one 64-byte cache line. A blocking factor of the algorithm, not of an ISA.
+LANES = 8
 
-    The data is copied into a flat buffer A seen as (outer, L, inner); stages ping-pong between A
-    and B: a host loop runs pairs of stages (A -> B, then B -> A), then a last stage A -> B when l2
-    is odd; the result is in A (l2 even) or B. Each stage is a spatial sblock over the
-    (outer, inner, L/2) butterflies; in the paired ones the pair index is a block axis too (sblock
-    attr ``fft.stage`` = 1: its first loop is the serial stage loop). Index math is multiply-add
-    only (TVM's buffer compaction trips over divisions by products of shape vars)."""
+
+def _i64(v):
+    return tirx.const(v, "int64")
+
+
+def _twiddles(length, len1, len2, sign, real, name):
+    """One table of e^{sign·2πi r/L} (computed in float64): ``lo`` (r < L2) at [0, L2), ``hi``
+    (r = k·L2, k < L1: the L1-point roots) at [L2, L2 + L1), the L2-point roots (r = k·L1, k <
+    L2) at [L2 + L1, 2·L2 + L1). Any root w^r, r < L, is hi[r >> log2 L2] · lo[r mod L2]."""
+    def tw(f, c):
+        r = tirx.Select(f < len2, f, tirx.Select(f < len2 + len1, (f - len2) * len2, (f - len2 - len1) * len1))
+        ang = tirx.const(2 * math.pi, "float64") * r.astype("float64") / length.astype("float64")
+        s = _signed(sign, "float64") if isinstance(sign, (int, float)) else sign.astype("float64")
+        return tirx.Select(c == 0, tirx.cos(ang), s * tirx.sin(ang)).astype(real)
+    return te.compute((len2 * 2 + len1, 2), tw, name=f"{name}_tw")
+
+
+def _root(TB, r, h, len2):
+    """w^r (r < L) from the two-level table."""
+    lo = tirx.bitwise_and(r, len2 - _i64(1))
+    hi = len2 + tirx.shift_right(r, h)
+    return Complex(TB[hi, 0], TB[hi, 1]) * Complex(TB[lo, 0], TB[lo, 1])
+
+
+def _fft_pow2(src, axis: int, l2, sign, real: str, name: str, cuda, scale=None):
+    """FFT along ``axis`` (length L = 2**l2) of a complex tensor ``src`` (shape [..., 2]):
+    X_k = Σ_j x_j e^{sign·2πi jk/L} (times ``scale``, if given, applied as x is read); returns a
+    tensor of src's shape. Data seen as flat (outer, L, inner); the twiddles come from a
+    two-level table (``_twiddles``).
+
+    CPU (``cuda`` = 0): the four-step algorithm, L = L1·L2 (L2 = 2**ceil(l2/2)), j = j1 + L1·j2,
+    k = k2 + L2·k1: (1) the L2-point FFTs over j2 of every (outer, j1, inner) line, times
+    w^{j1·k2}, into a work buffer laid out (outer, j1, k2, inner); (2) the L1-point FFTs over j1
+    of every (outer, k2, inner) line into the result. Each is one parallel sblock over units of
+    LANES neighbouring lines (neighbours in memory: a unit loads and stores whole rows); a unit
+    copies its lines into a scratch buffer (rows x (re, im) x lanes, in cache) and runs all the
+    Stockham radix-2 stages there, vectorised across the lanes: two passes over memory in all.
+
+    CUDA (``cuda`` = 1): Stockham radix-2 over all lines, one sblock per stage (a thread per
+    butterfly, the stage loop on the host: a launch per stage), ping-ponging between the result
+    and the work buffer (the copy-in goes to the work buffer when l2 is odd, so that the last
+    stage lands in the result). Paired stages have the pair index as a block axis too (sblock
+    attr ``fft.stage`` = 1: its first loop is the serial stage loop)."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
     shape = list(src.shape[:-1])
     outer, length, inner = _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
     n_total = _prod(shape)
-    one64 = tirx.const(1, "int64")
-    two64 = tirx.const(2, "int64")
-    half = tirx.shift_right(length, one64)
+    one, two = _i64(1), _i64(2)
+    h = tirx.shift_right(l2 + one, one)             # log2 L2
+    len2 = tirx.shift_left(one, h)
+    len1 = tirx.shift_right(length, h)
+    tw = _twiddles(length, len1, len2, sign, real, name)
 
-    def butterfly(t, o, i, j, R, Wr, TW):
-        s = tirx.shift_left(one64, t)
-        m = tirx.shift_right(length, t + one64)
+    def gen(ins, outs):
+        s_buf, tw_buf, d_buf, w_buf = ins[0], ins[1], outs[0], outs[1]
+        with IRBuilder() as ib, T.seq_scope():
+            S = T.buffer_proxy(T.decl_buffer((n_total, 2), real, data=s_buf.data))      # flat views
+            D = T.buffer_proxy(T.decl_buffer((n_total, 2), real, data=d_buf.data))
+            Wk, TB = T.buffer_proxy(w_buf), T.buffer_proxy(tw_buf)
+            _keep_live(T, s_buf, d_buf, w_buf, name)
+            with T.If(cuda == one):
+                with T.Then():
+                    _stockham(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, n_total,
+                              l2, h, len2, name, scale)
+                with T.Else():
+                    _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner,
+                               l2, h, len1, len2, sign, real, name, scale)
+        return ib.get()
+
+    d, _ = te.extern([shape + [2], (n_total, 2)], [src, tw], gen, name=name, dtype=[real, real])
+    return d
+
+
+def _scaled(v, scale):
+    return v if scale is None else v * scale
+
+
+def _keep_live(T, s_buf, d_buf, w_buf, name):
+    """A unit that touches the source and the result directly (one element each, in their own
+    shapes) before the transform: the body reaches them through flat views, which StorageRewrite
+    and buffer compaction do not see; without this the work buffer could get the storage of the
+    source (still being read) or the result that of a buffer still in use."""
+    from ._extern import region
+    zero = _i64(0)
+    with units(f"{name}_live", [_i64(1)]):
+        T.reads(region(s_buf))
+        T.writes(region(w_buf), region(d_buf))
+        first = (zero,) * len(s_buf.shape)
+        w = T.buffer_proxy(w_buf)
+        w[zero, zero] = T.buffer_proxy(s_buf)[first]
+        T.buffer_proxy(d_buf)[(zero,) * len(d_buf.shape)] = tirx.const(0.0, d_buf.dtype)
+
+
+def _stages(T, W, e, n, TB, off, sign, real):
+    """The FFT of LANES lines of n = 2**e points in scratch W (2, n, 2, LANES), in Stockham
+    autosort stages: a radix-2 one when e is odd, then radix-4 ones. A stage of radix r with
+    stride s (the product of the radices before it; m = n / (r·s)) maps the r inputs
+    x_k = X[q + s·(p + k·m)] (p < m, q < s) to Y[q + s·(r·p + j)] = w_n^{p·s·j} Σ_k x_k w_r^{jk}.
+    Stage i reads W[i mod 2] and writes W[1 - i mod 2]; the roots are TB[off + r] = w_n^r (r < n).
+    -> the half of W that holds the result. Every butterfly is vectorised across the lanes; its
+    inputs go through a register buffer (read from W once: LLVM cannot tell W's halves apart)."""
+    one, two, zero = _i64(1), _i64(2), _i64(0)
+    lanes = _i64(LANES)
+    odd = tirx.bitwise_and(e, one)
+
+    def root(r):
+        return Complex(TB[off + r, 0], TB[off + r, 1])
+
+    with T.If(odd == one):
+        with T.Then():
+            m = tirx.shift_right(n, one)
+            with T.serial(zero, m) as p:
+                w = root(p)
+                R = T.buffer_proxy(T.alloc_buffer((4, LANES), real, scope="local"))
+                with T.vectorized(zero, lanes) as b:
+                    for k in range(2):
+                        R[2 * k, b] = W[0, p + m * k, 0, b]
+                        R[2 * k + 1, b] = W[0, p + m * k, 1, b]
+                with T.vectorized(zero, lanes) as b:
+                    u, v = Complex(R[0, b], R[1, b]), Complex(R[2, b], R[3, b])
+                    dd = (u - v) * w
+                    W[1, p * two, 0, b] = u.re + v.re
+                    W[1, p * two, 1, b] = u.im + v.im
+                    W[1, p * two + one, 0, b] = dd.re
+                    W[1, p * two + one, 1, b] = dd.im
+    si = _signed(sign, real)
+    with T.serial(zero, tirx.shift_right(e, one)) as k:
+        t = odd + k * two                       # log2 of the stride
+        par = tirx.bitwise_and(odd + k, one)
+        s = tirx.shift_left(one, t)
+        m = tirx.shift_right(n, t + two)
+        with T.serial(zero, tirx.shift_right(n, two)) as j:
+            p = tirx.shift_right(j, t)
+            q = tirx.bitwise_and(j, s - one)
+            ps = p * s
+            w1, w2, w3 = root(ps), root(ps * two), root(ps * _i64(3))
+            R = T.buffer_proxy(T.alloc_buffer((8, LANES), real, scope="local"))
+            with T.vectorized(zero, lanes) as b:
+                for i in range(4):
+                    R[2 * i, b] = W[par, q + s * (p + m * i), 0, b]
+                    R[2 * i + 1, b] = W[par, q + s * (p + m * i), 1, b]
+            with T.vectorized(zero, lanes) as b:
+                a, bb, c, d = (Complex(R[2 * i, b], R[2 * i + 1, b]) for i in range(4))
+                apc, amc, bpd, bmd = a + c, a - c, bb + d, bb - d
+                jb = Complex(-bmd.im * si, bmd.re * si)          # sign·i·(b - d)
+                outs = (apc + bpd, (amc + jb) * w1, (apc - bpd) * w2, (amc - jb) * w3)
+                for i, y in enumerate(outs):
+                    at = q + s * (p * _i64(4) + _i64(i))
+                    W[one - par, at, 0, b] = y.re
+                    W[one - par, at, 1, b] = y.im
+    return tirx.bitwise_and(odd + tirx.shift_right(e, one), one)
+
+
+def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, l2, h, len1, len2,
+               sign, real, name, scale):
+    """The CPU form (``_fft_pow2``)."""
+    from ._extern import ceildiv, region
+    one, lanes = _i64(1), _i64(LANES)
+    h1 = l2 - h
+    c1, c2, li = len1 * inner, len2 * inner, length * inner
+    with units(f"{name}_rows", [outer, ceildiv(c1, lanes)]) as (o, cb):
+        T.reads(region(s_buf), region(tw_buf))
+        T.writes(region(w_buf))
+        W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, LANES), real))
+        base = o * li
+        with T.serial(_i64(0), len2) as j:
+            with T.serial(_i64(0), lanes) as b:
+                at = base + tirx.min(cb * lanes + b, c1 - one) + j * c1
+                W[0, j, 0, b] = _scaled(S[at, 0], scale)
+                W[0, j, 1, b] = _scaled(S[at, 1], scale)
+        res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
+        with T.serial(_i64(0), lanes) as b:
+            c = cb * lanes + b
+            with T.If(c < c1):
+                with T.Then():
+                    j1 = tirx.floordiv(c, inner)
+                    i = c - j1 * inner
+                    with T.serial(_i64(0), len2) as k:
+                        v = Complex(W[res, k, 0, b], W[res, k, 1, b]) * _root(TB, j1 * k, h, len2)
+                        at = base + j1 * c2 + k * inner + i
+                        Wk[at, 0] = v.re
+                        Wk[at, 1] = v.im
+    with units(f"{name}_cols", [outer, ceildiv(c2, lanes)]) as (o, cb):
+        T.reads(region(w_buf), region(tw_buf))
+        T.writes(region(d_buf))
+        W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
+        base = o * li
+        with T.serial(_i64(0), len1) as j:
+            with T.serial(_i64(0), lanes) as b:
+                at = base + j * c2 + tirx.min(cb * lanes + b, c2 - one)
+                W[0, j, 0, b] = Wk[at, 0]
+                W[0, j, 1, b] = Wk[at, 1]
+        res = _stages(T, W, h1, len1, TB, len2, sign, real)
+        with T.serial(_i64(0), len1) as k:
+            with T.serial(_i64(0), lanes) as b:
+                c = cb * lanes + b
+                with T.If(c < c2):
+                    with T.Then():
+                        at = base + c + k * c2
+                        D[at, 0] = W[res, k, 0, b]
+                        D[at, 1] = W[res, k, 1, b]
+
+
+def _stockham(T, S, A, Bw, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, n_total, l2, h, len2,
+              name, scale):
+    """The CUDA form (``_fft_pow2``): A is the result, Bw the work buffer."""
+    from ._extern import region
+    one, two, zero = _i64(1), _i64(2), _i64(0)
+    half = tirx.shift_right(length, one)
+    odd = tirx.bitwise_and(l2, one)
+
+    def butterfly(t, o, i, j, R, Wr):
+        s = tirx.shift_left(one, t)
+        m = tirx.shift_right(length, t + one)
         p = tirx.shift_right(j, t)
-        q = tirx.bitwise_and(j, s - one64)
+        q = tirx.bitwise_and(j, s - one)
         base = o * length * inner + i
         ia = base + (q + s * p) * inner
         ib_ = base + (q + s * (p + m)) * inner
-        oa = base + (q + s * (p * two64)) * inner
-        ob = base + (q + s * (p * two64 + one64)) * inner
+        oa = base + (q + s * (p * two)) * inner
+        ob = base + (q + s * (p * two + one)) * inner
         u = Complex(R[ia, 0], R[ia, 1])
         v = Complex(R[ib_, 0], R[ib_, 1])
-        d = (u - v) * Complex(TW[p * s, 0], TW[p * s, 1])    # e^{sign·iπ p/m} = table[p·s]
+        d = (u - v) * _root(TB, p * s, h, len2)        # e^{sign·iπ p/m} = w^{p·s}
         Wr[oa, 0] = u.re + v.re
         Wr[oa, 1] = u.im + v.im
         Wr[ob, 0] = d.re
         Wr[ob, 1] = d.im
 
-    def gen(ins, outs):
-        s_buf, tw_buf, a_buf, b_buf = ins[0], ins[1], outs[0], outs[1]
-        S, A, B = T.buffer_proxy(s_buf), T.buffer_proxy(a_buf), T.buffer_proxy(b_buf)
-        TW = T.buffer_proxy(tw_buf)
-        sshape = list(s_buf.shape[:-1])
-        with IRBuilder() as ib, T.seq_scope():
-            with units(f"{name}_in", sshape) as idx:
-                f = _flat(idx, sshape)
-                T.reads(s_buf[tuple(idx) + (slice(0, 2),)])
-                T.writes(a_buf[f, 0:2])
-                A[f, 0] = S[tuple(idx) + (0,)]
-                A[f, 1] = S[tuple(idx) + (1,)]
-            pairs = tirx.shift_right(l2, one64)
-            with T.serial(tirx.const(0, "int64"), pairs) as tp:
-                for step, (sb, db, R, Wr) in enumerate(((a_buf, b_buf, A, B), (b_buf, a_buf, B, A))):
-                    with T.grid(outer, inner, half) as (lo, li, lj):
-                        with T.sblock(f"{name}_pair{step}"):
-                            t2 = T.axis.spatial(pairs, tp, dtype="int64")
-                            o = T.axis.spatial(outer, lo, dtype="int64")
-                            i = T.axis.spatial(inner, li, dtype="int64")
-                            j = T.axis.spatial(half, lj, dtype="int64")
-                            T.reads(sb[0:n_total, 0:2], tw_buf[0:half, 0:2])
-                            T.writes(db[0:n_total, 0:2])
-                            T.sblock_attr({"fft.stage": 1})
-                            butterfly(t2 * two64 + step, o, i, j, R, Wr, TW)
-            with T.If(tirx.floormod(l2, two64) == one64):
-                with T.Then():
-                    with units(f"{name}_last", [outer, inner, half]) as (o, i, j):
-                        T.reads(a_buf[0:n_total, 0:2], tw_buf[0:half, 0:2])
-                        T.writes(b_buf[0:n_total, 0:2])
-                        T.sblock_attr({"fft.stage": 0})
-                        butterfly(l2 - one64, o, i, j, A, B, TW)
-        return ib.get()
-
-    # twiddles e^{sign·2πi r/L}, r < L/2 (one sincos per entry instead of per butterfly)
-    two_pi = tirx.const(2 * math.pi, real)
-    tw = te.compute((half, 2), lambda r, c: tirx.Select(
-        c == 0, tirx.cos(two_pi * r.astype(real) / length.astype(real)),
-        _signed(sign, real) * tirx.sin(two_pi * r.astype(real) / length.astype(real))), name=f"{name}_tw")
-    a, b = te.extern([(n_total, 2), (n_total, 2)], [src, tw], gen, name=name, dtype=[real, real])
-    odd = tirx.floormod(l2, two64) == one64
-
-    def out(*idx):
-        *idx, c = idx
-        f = _flat(idx, shape)
-        return tirx.Select(odd, b[f, c], a[f, c])
-
-    return te.compute(shape + [2], out, name=f"{name}_out")
+    every = [region(d_buf), region(w_buf)]
+    with units(f"{name}_in", [n_total]) as (f,):
+        T.reads(region(s_buf))
+        T.writes(*every)
+        with T.If(odd == one):
+            with T.Then():
+                Bw[f, 0] = _scaled(S[f, 0], scale)
+                Bw[f, 1] = _scaled(S[f, 1], scale)
+            with T.Else():
+                A[f, 0] = _scaled(S[f, 0], scale)
+                A[f, 1] = _scaled(S[f, 1], scale)
+    with T.If(odd == one):
+        with T.Then():
+            with units(f"{name}_first", [outer, inner, half]) as (o, i, j):
+                T.reads(region(w_buf), region(tw_buf))
+                T.writes(region(d_buf))
+                T.sblock_attr({"fft.stage": 0})
+                butterfly(zero, o, i, j, Bw, A)
+    pairs = tirx.shift_right(l2, one)
+    with T.serial(zero, pairs) as tp:
+        for step, (R, Wr, rb, wb) in enumerate(((A, Bw, d_buf, w_buf), (Bw, A, w_buf, d_buf))):
+            with T.grid(outer, inner, half) as (lo, li, lj):
+                with T.sblock(f"{name}_pair{step}"):
+                    t2 = T.axis.spatial(pairs, tp, dtype="int64")
+                    o = T.axis.spatial(outer, lo, dtype="int64")
+                    i = T.axis.spatial(inner, li, dtype="int64")
+                    j = T.axis.spatial(half, lj, dtype="int64")
+                    T.reads(region(rb), region(tw_buf))
+                    T.writes(region(wb))
+                    T.sblock_attr({"fft.stage": 1})
+                    butterfly(odd + t2 * two + _i64(step), o, i, j, R, Wr)
 
 
 def _signed(sign, real):
@@ -170,7 +358,7 @@ def _chirp(j, length, sign, real):
     return Complex(tirx.cos(ang), _signed(sign, real) * tirx.sin(ang))
 
 
-def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
+def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str, cuda, scale=None):
     """The DFT along ``axis`` of any length L by Bluestein's algorithm:
     X_k = w_k Σ_j (x_j w_j) conj(w_{k-j}), w_j = e^{sign·iπ j²/L}, the circular convolution
     (size M >= 2L - 1, a power of two) by power-of-two FFTs."""
@@ -187,6 +375,8 @@ def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
         at = list(idx)
         at[axis] = jc
         x = Complex(src(*at, 0), src(*at, 1)) * _chirp(jc, length, sign, real)
+        if scale is not None:
+            x = x * scale
         return tirx.Select(j < length, tirx.Select(c == 0, x.re, x.im), zero)
 
     a = te.compute(pshape + [2], a0, name=f"{name}_a")
@@ -199,8 +389,8 @@ def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
         return tirx.Select(inside, tirx.Select(c == 0, w.re, w.im), zero)
 
     b = te.compute((m, 2), b0, name=f"{name}_b")
-    fa = _fft_pow2(a, axis, l2m, -1, real, f"{name}_fa")
-    fb = _fft_pow2(b, 0, l2m, -1, real, f"{name}_fb")
+    fa = _fft_pow2(a, axis, l2m, -1, real, f"{name}_fa", cuda)
+    fb = _fft_pow2(b, 0, l2m, -1, real, f"{name}_fb", cuda)
 
     def prod(*idx):
         *idx, c = idx
@@ -208,7 +398,7 @@ def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
         return tirx.Select(c == 0, v.re, v.im)
 
     cc = te.compute(pshape + [2], prod, name=f"{name}_c")
-    conv = _fft_pow2(cc, axis, l2m, 1, real, f"{name}_conv")
+    conv = _fft_pow2(cc, axis, l2m, 1, real, f"{name}_conv", cuda)
 
     def out(*idx):
         *idx, c = idx
@@ -225,8 +415,10 @@ def _bluestein(src, axis: int, m, l2m, sign, real: str, name: str):
 @fft_op(kind="c2c", dtypes=COMPLEX)
 def fft_c2c_grad(out_grad, axes, normalization, forward, ctx):
     """x_grad = norm · DFT_{+ if forward else -}(out_grad) over axes"""
-    z, dims = _transform(ctx, lambda *idx: out_grad(*idx))
     scale = ctx.scalars["fft_scale"]
+    if ctx.dtype.storage == ctx.info.real:          # the transforms read out_grad and write x_grad
+        return _transform(ctx, out_grad, scale)[0]
+    z, dims = _transform(ctx, lambda *idx: out_grad(*idx))
     return te.compute(dims + [2], lambda *i: (z(*i) * scale).astype(ctx.dtype.storage), name="x_grad")
 
 

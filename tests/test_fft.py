@@ -1,6 +1,6 @@
 """FFT grads (te_defs/fft.py) against Paddle 3.3.1 and numpy.
 
-The transforms are real FFTs (Stockham radix-2 for powers of two, Bluestein otherwise); the tests
+The transforms are real FFTs (four-step/Stockham for powers of two, Bluestein otherwise); the tests
 cover both paths, every normalization and direction, several axes (negative ones too), onesided
 and two-sided r2c, odd and even c2r lengths, n = 1, and check the adjoint identity against numpy's
 forward transforms in float64.
@@ -69,6 +69,17 @@ def test_c2c_long_is_accurate(n):
     g = crand((n,), seed=1)
     ours = tvmgrad.run("fft_c2c_grad", {"out_grad": g}, {"axes": [0], "normalization": "backward", "forward": True})
     close("c2c", ours["x_grad"], np.fft.ifft(g) * n, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 512), 1), ((256, 3), 0), ((3, 128, 5), 1), ((2, 5, 3), 1),
+                                        ((2048,), 0)])
+def test_c2c_lines_in_many_units(shape, axis):
+    """The CPU four-step form splits a line's work over several units of LANES neighbouring
+    lines (ragged at the end), with strided (inner > 1) and Bluestein-padded lines too, as
+    numpy (float64) does it; the odd and even log2 sizes take the radix-2 stage or not."""
+    g = crand(shape, seed=2)
+    ours = tvmgrad.run("fft_c2c_grad", {"out_grad": g}, {"axes": [axis], "normalization": "ortho", "forward": False})
+    close("c2c", ours["x_grad"], np.fft.fft(g, axis=axis, norm="ortho"), rtol=1e-12)
 
 
 # ------------------------------------------------------------------------------------------

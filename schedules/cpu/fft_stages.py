@@ -1,8 +1,9 @@
-"""CPU schedule of the FFT grads (te_defs/fft.py): butterfly stages in parallel.
+"""CPU schedule of the FFT grads (te_defs/fft.py): the transforms' units in parallel.
 
-Inside each ``te.extern`` of an FFT the sblocks (a copy-in, and the butterflies of one stage of
-every line) have their spatial loops fused and run in parallel; a stage loop around them (a loop
-their iteration vars do not use) stays serial. Other blocks (chirps, products, the final scaling)
+The ``tvmgrad_on_cuda`` flag is fixed to 0 first (the CPU form: the four-step passes, each an
+sblock over units of lines that run all their stages inside). Inside each ``te.extern`` of an FFT
+the sblocks have their spatial loops fused and run in parallel; a stage loop around them (a loop
+their iteration vars do not use, CUDA form only) stays serial. Other blocks (chirps, products, the final scaling)
 get the generic CPU rules. It fits a function with te.extern units (``fits.fft_units``).
 """
 
@@ -14,11 +15,13 @@ from ..fits import fft_units
 from ..loops import outside_externs
 from ..schedule_rule import ScheduleRule
 from ._parallel import parallel
+from .annotated_loops import specialise
 
 __all__ = ["schedule", "unit_loops", "RULE"]
 
 
 def schedule(sch, target=None):
+    sch = specialise(sch, 0)          # the CPU form of the transforms (te_defs/fft.py)
     for _block in outside_externs(sch, _parallel_units):
         pass                          # the blocks outside the externs: the generic rules, below
     return generic.schedule(sch, target)

@@ -1,5 +1,8 @@
 """CUDA schedule of the FFT grads (te_defs/fft.py): one thread per butterfly, a launch per stage.
 
+The ``tvmgrad_on_cuda`` flag is fixed to 1 first (the CUDA form of the transforms, radix-2
+Stockham stages over all lines).
+
 Inside each ``te.extern`` of an FFT the sblocks (a copy-in, and the butterflies of one stage of
 every line) have their spatial loops fused and bound to THREADS-wide thread blocks; the stage loop
 around them (a loop their iteration vars do not use) stays on the host, so each stage is one
@@ -11,6 +14,7 @@ ends up bound (checked).
 from __future__ import annotations
 
 from ..analysis import analyze, is_bound
+from ..cpu.annotated_loops import target_form
 from ..cpu.fft_stages import unit_loops
 from ..fits import fft_units
 from ..loops import outside_externs
@@ -25,6 +29,7 @@ THREADS = 256
 
 
 def schedule(sch, target=None):
+    sch = target_form(sch, 1)         # the CUDA form of the transforms (te_defs/fft.py)
     for block in outside_externs(sch, _bind_units):
         info = analyze(sch, block)
         if not is_bound(sch, info.loops):
