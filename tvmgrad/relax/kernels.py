@@ -276,12 +276,12 @@ def conv2d_data_grad_plan(xshape, wshape, *, strides, padding, dilation, groups:
         dt = as_dtype(dtype)
         geom = Geom(2, g.last, g.G, (g.kh, g.kw), g.s, g.d, g.lo, g.hi)
         sz = dict(N=g.N, Cg=g.Cg, Og=g.Og, I=(g.H, g.W), O=(g.OH, g.OW))
-        gm, gn, gk, dwise = _roles(geom, sz, ("data",))["data"]
+        gm, gn, gk, dwise, cl = _roles(geom, sz, ("data",))["data"]
         i64 = lambda v: tirx.const(v, "int64")  # noqa: E731
         dy = te.placeholder(tuple(map(i64, g.ov)), dt.storage, name="out_grad")
         w = te.placeholder(tuple(map(i64, g.wv)), dt.storage, name="w")
         main, idx = data_grad("conv_dx", Act(dy, g.last, dt), Filt(w, dt), geom, dt, [i64(g.H), i64(g.W)],
-                              gm, gn, gk, dwise, index="int64")
+                              gm, gn, gk, dwise, index="int64", last=cl)
         like = SimpleNamespace(shape=tuple(map(i64, g.xv)))
         dx = _act_out("x_grad", like, main, idx, dt, g.last, 2)
         return _prim_func([dy, w, dx])
