@@ -84,3 +84,12 @@ def test_bench_reference_calls_without_the_frameworks(monkeypatch):
     inputs, attrs = make_inputs("relu_grad", 64, "float32", False)
     assert bench._paddle_fn("relu_grad", inputs, attrs) is None
     assert bench._torch_fn("relu_grad", inputs, attrs) is None
+
+
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="x86 CPU names")
+def test_references_are_held_to_the_targets_isa(monkeypatch):
+    from tvmgrad import bench
+    monkeypatch.setenv("TVMGRAD_CPU", "x86-64-v3")           # AVX2, no AVX-512: both sides AVX2
+    assert bench.same_isa_caps() == bench.AVX2_CAPS
+    monkeypatch.setenv("TVMGRAD_CPU", "x86-64-v4")           # AVX-512: each side as the host has it
+    assert bench.same_isa_caps() == {}

@@ -7,6 +7,8 @@ Fair by construction:
 * the same allocation policy on every side: every call allocates its outputs, and glibc is told
   to keep freed memory mapped (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_``), so no side
   pays page faults the other does not;
+* the same vector ISA: when the target has AVX2 but not AVX-512 (``$TVMGRAD_CPU=x86-64-v3`` on
+  an AVX-512 host), PyTorch's and Paddle's kernels are held to AVX2 too (``same_isa_caps``);
 * the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel), not a
   single-thread numpy copy;
 * times are the best and the median of ``--repeat`` calls after two warm-up calls; bytes are every
@@ -30,7 +32,7 @@ import numpy as np
 from . import registry
 from .workloads import best_and_median, copy_roofline, make_inputs
 
-__all__ = ["main", "SUITE", "run_suite"]
+__all__ = ["main", "SUITE", "run_suite", "same_isa_caps"]
 
 # Every family, at the inputs benchrefs give it (the dense, norm and attention ops at realistic
 # model shapes; pointwise ops at 2**24 elements).
@@ -182,9 +184,31 @@ def _environment(threads: int) -> dict:
     return env
 
 
+# what holds ATen's kernel dispatch, oneDNN and MKL to AVX2 code
+AVX2_CAPS = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def same_isa_caps() -> dict:
+    """Environment variables that hold PyTorch's and Paddle's CPU kernels to the vector ISA of the
+    code tvmgrad runs: with ``$TVMGRAD_CPU=x86-64-v3`` on an AVX-512 host both sides run AVX2
+    code (else torch's AVX-512 kernels would be timed against our AVX2 ones). Empty when the
+    target has AVX-512 (or is not an AVX2 x86 CPU): each side then uses what the host has."""
+    from tvm.target import Target, codegen
+
+    from .targets import resolve
+    target = resolve("llvm").target
+    features = set(codegen.llvm_get_cpu_features(Target(target)))
+    if "avx2" in features and "avx512f" not in features:
+        return dict(AVX2_CAPS)
+    return {}
+
+
 def _run_worker(framework: str, jobs: list, threads: int) -> dict:
+    env = _environment(threads)
+    if framework != "tvmgrad":
+        env.update(same_isa_caps())
     proc = subprocess.run([sys.executable, "-m", "tvmgrad.bench", framework], input=json.dumps(jobs),
-                          capture_output=True, text=True, env=_environment(threads))
+                          capture_output=True, text=True, env=env)
     results = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
@@ -241,10 +265,14 @@ def main(args) -> int:
                if any(r.get(f"{fw}_missing") == "not installed" for r in rows)}
     if getattr(args, "json", False):
         print(json.dumps({"size": args.size, "dtype": args.dtype, "threads": threads,
+                          "reference_isa_caps": same_isa_caps(),
                           "missing": sorted(missing), "rows": rows}, indent=1, default=str))
         return 0
     print(f"{args.dtype}, {threads} threads per framework, each in its own process; allocator keeps "
           f"freed memory; roof = a {threads}-thread copy of the same bytes")
+    caps = same_isa_caps()
+    if caps:
+        print("torch and paddle held to the target's ISA: " + " ".join(f"{k}={v}" for k, v in caps.items()))
     for name, how in missing.items():
         print(f"{name} is not installed: its columns read n/a ({how})")
     header = (f"{'op':<34} {'tvmgrad ms':>10} {'median':>8} {'GB/s':>7} {'%roof':>6} "
