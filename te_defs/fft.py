@@ -237,6 +237,16 @@ def _stages(T, W, e, n, TB, off, sign, real):
     return tirx.bitwise_and(odd + tirx.shift_right(e, one), one)
 
 
+def _gather(T, W, rows, lanes, at, read) -> None:
+    """Copy ``rows`` points of ``lanes`` neighbouring lines into the scratch's first half:
+    W[0, j, :, b] = read(at(j, b)) (a (re, im) pair)."""
+    with T.serial(_i64(0), rows) as j:
+        with T.serial(_i64(0), lanes) as b:
+            re, im = read(at(j, b))
+            W[0, j, 0, b] = re
+            W[0, j, 1, b] = im
+
+
 def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, l2, h, len1, len2,
                sign, real, name, scale):
     """The CPU form (``_fft_pow2``)."""
@@ -249,11 +259,8 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
         T.writes(region(w_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, LANES), real))
         base = o * li
-        with T.serial(_i64(0), len2) as j:
-            with T.serial(_i64(0), lanes) as b:
-                at = base + tirx.min(cb * lanes + b, c1 - one) + j * c1
-                W[0, j, 0, b] = _scaled(S[at, 0], scale)
-                W[0, j, 1, b] = _scaled(S[at, 1], scale)
+        _gather(T, W, len2, lanes, lambda j, b: base + tirx.min(cb * lanes + b, c1 - one) + j * c1,
+                lambda at: (_scaled(S[at, 0], scale), _scaled(S[at, 1], scale)))
         res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
         with T.serial(_i64(0), lanes) as b:
             c = cb * lanes + b
@@ -271,11 +278,8 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
         T.writes(region(d_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
         base = o * li
-        with T.serial(_i64(0), len1) as j:
-            with T.serial(_i64(0), lanes) as b:
-                at = base + j * c2 + tirx.min(cb * lanes + b, c2 - one)
-                W[0, j, 0, b] = Wk[at, 0]
-                W[0, j, 1, b] = Wk[at, 1]
+        _gather(T, W, len1, lanes, lambda j, b: base + j * c2 + tirx.min(cb * lanes + b, c2 - one),
+                lambda at: (Wk[at, 0], Wk[at, 1]))
         res = _stages(T, W, h1, len1, TB, len2, sign, real)
         with T.serial(_i64(0), len1) as k:
             with T.serial(_i64(0), lanes) as b:
