@@ -193,11 +193,8 @@ def same_isa_caps() -> dict:
     code tvmgrad runs: with ``$TVMGRAD_CPU=x86-64-v3`` on an AVX-512 host both sides run AVX2
     code (else torch's AVX-512 kernels would be timed against our AVX2 ones). Empty when the
     target has AVX-512 (or is not an AVX2 x86 CPU): each side then uses what the host has."""
-    from tvm.target import Target, codegen
-
     from .targets import resolve
-    target = resolve("llvm").target
-    features = set(codegen.llvm_get_cpu_features(Target(target)))
+    features = resolve("llvm").features
     if "avx2" in features and "avx512f" not in features:
         return dict(AVX2_CAPS)
     return {}
