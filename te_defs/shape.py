@@ -504,14 +504,29 @@ def _pad3d_check(call, outs):
         raise TypeError(f"{call.op}: out_grad has dtype {g.dtype.name} but x has {x.dtype.name}")
 
 
+# the most border positions of the contiguous dim that pad3d_grad enumerates (each a row-level
+# term); wider pads take the per-element form
+_BORDER_TERMS = 16
+
+
+def _inner_pads(call):
+    """W's pads where W is the contiguous dim (NCDHW) and they are few enough to enumerate."""
+    (_, _), (_, _), (pl, pr) = _pad_pairs(tuple(call.attrs["paddings"]))
+    if call.attrs["data_format"] == "NCDHW" and 0 < pl + pr <= _BORDER_TERMS:
+        return (pl, pr)
+    return None
+
+
 def _pad3d_grad_canon(call, outs):
-    """constant and reflect take the pads at run time (the key holds which dims are padded);
-    replicate and circular sum a number of sources that depends on the pads: static."""
+    """constant and reflect take the pads at run time (the key holds which dims are padded and,
+    for reflect, W's pads where they are enumerated); replicate and circular sum a number of
+    sources that depends on the pads: static."""
     mode, pads = call.attrs["mode"], tuple(call.attrs["paddings"])
     if mode in ("constant", "reflect"):
         flags = tuple(bool(a or b) for a, b in _pad_pairs(pads))
-        return {"pad_value": None, "mode": (mode, flags)}
-    return {"pad_value": None, "mode": (mode, pads)}
+        inner = _inner_pads(call) if mode == "reflect" else None
+        return {"pad_value": None, "mode": (mode, (flags, inner))}
+    return {"pad_value": None, "mode": (mode, (pads, _inner_pads(call)))}
 
 
 @shape_op(static=("pad_value",), runtime=("paddings",), validate=_pad3d_check,
@@ -522,12 +537,14 @@ def _pad3d_grad_canon(call, outs):
                                                           call.attrs["data_format"])})
 def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     """x_grad[i] = Σ out_grad[o] over the padded positions o that ``mode`` reads from i, dim by
-    dim (seen as (N·C, D, H, W) or (N, D, H, W, C)): constant is a shifted copy; reflect adds at most two
-    mirror images per dim; replicate adds the border rows to the edge elements; circular adds every
-    wrap-around copy. Two gather stages: D and H together (every pair of sources; their choice is
-    invariant along the contiguous W rows), then W; the intermediate in
-    the compute dtype; pads are static (a kernel per padding), sizes are runtime."""
-    mode, extra = mode
+    dim (seen as (N·C, D, H, W) or (N, D, H, W, C)): constant is a shifted copy; reflect adds at
+    most two mirror images per dim; replicate adds the border rows to the edge elements;
+    circular adds every wrap-around copy. One pass over x_grad: the choice of D and H sources
+    is a per-row scalar (a select of whole rows), and W, where it is the contiguous dim, is the
+    shifted row plus one row-level term per border position o (added to the one element o maps
+    to), so the row stays a contiguous vector load (no per-element gather). Replicate and
+    circular pads are static (a kernel per padding), reflect's W pads too where enumerated."""
+    mode, (extra, inner_pads) = mode
     if mode in ("constant", "reflect"):
         pairs, flags = _pad_pairs(paddings), extra             # runtime pads
     else:
@@ -541,42 +558,69 @@ def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     active = [(d, a, b, x.shape[d]) for d, (a, b), f in zip((1, 2, 3), pairs, flags) if f]
     if not active:
         return te.compute(x.shape, lambda *i: out_grad(*i), name="x_grad")
-    # D and H in one stage (their sources are loop-invariant along the contiguous W rows), W last
-    stages = [[e for e in active if e[0] < 3], [e for e in active if e[0] == 3]]
-    stages = [st for st in stages if st]
-    cur = out_grad
-    for k, dims in enumerate(stages):
-        last = k == len(stages) - 1
-        shape = list(cur.shape)
-        for d, _, _, n in dims:
-            shape[d] = n
-        cur = te.compute(shape, _pad_stage(cur, dims, mode, dt.storage if last else dt.compute),
-                         name="x_grad" if last else f"x_grad_{k}")
-    return cur
+    inner = None
+    if inner_pads is not None:                                  # W enumerated: static pads
+        inner = (3, *inner_pads, x.shape[3])
+        active = [e for e in active if e[0] != 3]
+    return te.compute(x.shape, _pad_body(out_grad, active, inner, mode, dt.storage),
+                      name="x_grad", attrs={"gather_sums.rows": 1})
 
 
-def _pad_stage(src, dims, mode, out_dtype):
-    """One gather stage of pad3d_grad over the padded dims ``dims`` = [(d, a, b, n)] of a
-    (N·C, D, H, W[, C]) view: the sum over every combination of per-dim sources; loads are
-    clamped into bounds, let-bound and selected by validity (no branches)."""
+def _border_sources(mode, a, b, n):
+    """[(i, o)]: each border position o of one dim (input size n, static pads a, b) with the
+    input position i that pad3d's ``mode`` reads it from (as pad3d_double_grad maps it)."""
+    left = [(_pad_map(mode, _i64(o - a), n), _i64(o)) for o in range(a)]
+    right = [(_pad_map(mode, n + r, n), a + n + r) for r in range(b)]
+    return left + right
+
+
+def _pad_map(mode, p, n):
+    """The input position that pad3d's ``mode`` reads at padded position p (pads removed)."""
+    if mode == "reflect":
+        p = tirx.Select(p < 0, -p, p)
+        return tirx.Select(p >= n, 2 * n - 2 - p, p)
+    if mode == "replicate":
+        return tirx.max(tirx.min(p, n - 1), _i64(0))
+    if mode == "circular":
+        return tirx.floormod(p, n)
+    return p
+
+
+def _pad_body(src, dims, inner, mode, out_dtype):
+    """pad3d_grad's element: the sum over every combination of the sources of the padded dims
+    ``dims`` = [(d, a, b, n)] (loads clamped into bounds, let-bound and selected by validity:
+    no branches), taken at the shifted contiguous position and, with ``inner`` = (d, a, b, n),
+    at each of its border positions (a row-level scalar added where it maps to)."""
     compute = dt_of(src).compute
 
     def body(*i):
         per_dim = [[(valid, tirx.max(tirx.min(o, src.shape[d] - 1), _i64(0)))
                     for valid, o in _pad_sources(mode, a, b, i[d], n)] for d, a, b, n in dims]
-        terms, lets = [], []
-        for combo in itertools.product(*per_dim):
-            idx = list(i)
-            valid = None
-            for (d, _, _, _), (ok, o) in zip(dims, combo):
-                idx[d] = o
-                valid = ok if valid is None else tirx.all(valid, ok)
-            v = tirx.Var(f"v{len(lets)}", compute)       # a let-bound load keeps the select a select
-            lets.append((v, load(src, *idx)))
-            terms.append(tirx.Select(valid, v, tirx.const(0, compute)))
-        acc = terms[0]
-        for t in terms[1:]:
-            acc = acc + t
+        lets = []
+
+        def rows_at(col):
+            acc = None
+            for combo in itertools.product(*per_dim):
+                idx = list(i)
+                valid = None
+                for (d, _, _, _), (ok, o) in zip(dims, combo):
+                    idx[d] = o
+                    valid = ok if valid is None else tirx.all(valid, ok)
+                if col is not None:
+                    idx[inner[0]] = col
+                v = tirx.Var(f"v{len(lets)}", compute)   # a let-bound load keeps the select a select
+                lets.append((v, load(src, *idx)))
+                term = v if valid is None else tirx.Select(valid, v, tirx.const(0, compute))
+                acc = term if acc is None else acc + term
+            return acc
+
+        if inner is None:
+            acc = rows_at(None)
+        else:
+            d, a, b, n = inner
+            acc = rows_at(i[d] + a)
+            for at, o in _border_sources(mode, a, b, n):
+                acc = acc + tirx.Select(i[d] == at, rows_at(o), tirx.const(0, compute))
         acc = acc.astype(out_dtype)
         for v, value in reversed(lets):
             acc = tirx.Let(v, value, acc)
@@ -599,17 +643,7 @@ def pad3d_double_grad(grad_x_grad, paddings, mode, pad_value, data_format, ctx):
     shape = [x.shape[0]] + [x.shape[k + 1] + sum(pairs[k]) for k in range(3)] + list(x.shape[4:])
 
     def src(k, o):
-        a = pairs[k][0]
-        n = x.shape[k + 1]
-        p = o - a
-        if mode == "reflect":
-            p = tirx.Select(p < 0, -p, p)
-            return tirx.Select(p >= n, 2 * n - 2 - p, p)
-        if mode == "replicate":
-            return tirx.max(tirx.min(p, n - 1), _i64(0))
-        if mode == "circular":
-            return tirx.floormod(p, n)
-        return p
+        return _pad_map(mode, o - pairs[k][0], x.shape[k + 1])
 
     def body(o, d, h, w, *c):
         idx = [o, src(0, d), src(1, h), src(2, w), *c]
