@@ -4,6 +4,8 @@ The failure these guard against: LLVM names a host ``znver4`` (which implies AVX
 hypervisor masks AVX-512, so code built for the name dies with SIGILL on the first call.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -66,6 +68,13 @@ def test_host_target_turns_off_what_the_host_lacks(masked_znver4):
 
 @X86
 def test_code_for_the_masked_host_has_no_avx512(masked_znver4):
+    host = _doubled_asm(targets.host_cpu_spec())
+    assert "zmm" not in host and "ymm" in host
+    assert "zmm" in _doubled_asm({"kind": "llvm", "mcpu": "znver4"})
+
+
+def _doubled_asm(target) -> str:
+    """The assembly of a 64-lane vectorised a * 2 + 1 for ``target``."""
     from tvm import s_tir, te
     n = te.var("n")
     a = te.placeholder((n,), "float32", name="a")
@@ -73,11 +82,21 @@ def test_code_for_the_masked_host_has_no_avx512(masked_znver4):
     sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "k"))
     _, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, 64])
     sch.vectorize(inner)
-    asm = {name: tvm.compile(sch.mod, target=tvm.target.Target(spec)).mod.inspect_source("asm")
-           for name, spec in (("host", targets.host_cpu_spec()),
-                              ("name", {"kind": "llvm", "mcpu": "znver4"}))}
-    assert "zmm" not in asm["host"] and "ymm" in asm["host"]
-    assert "zmm" in asm["name"]
+    return tvm.compile(sch.mod, target=tvm.target.Target(target)).mod.inspect_source("asm")
+
+
+@X86
+def test_avx512_targets_use_the_full_vector_width():
+    """LLVM's prefer-256-bit (Intel's AVX-512 CPUs) would split each 512-bit vector in two."""
+    def float_ops(asm, reg):
+        return len(re.findall(rf"v(?:fmadd\w*|addps|mulps)\s[^\n]*%{reg}", asm))
+
+    spec = targets.cpu_spec("skylake-avx512")
+    assert spec["mattr"] == ["-prefer-256-bit"]
+    full, written = _doubled_asm(spec), _doubled_asm({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert float_ops(full, "zmm") > 0 and float_ops(full, "ymm") == 0
+    assert float_ops(written, "zmm") == 0 and float_ops(written, "ymm") > 0     # as written
+    assert "mattr" not in targets.cpu_spec("x86-64-v3")                            # no AVX-512
 
 
 @X86
