@@ -93,3 +93,20 @@ def test_references_are_held_to_the_targets_isa(monkeypatch):
     assert bench.same_isa_caps() == bench.AVX2_CAPS
     monkeypatch.setenv("TVMGRAD_CPU", "x86-64-v4")           # AVX-512: each side as the host has it
     assert bench.same_isa_caps() == {}
+
+
+def test_bytes_count_only_the_inputs_the_kernel_reads():
+    """silu_grad is passed ``out`` and never reads it; index_select_grad reads x's shape only:
+    counting their bytes would overstate the GB/s and the share of the roofline."""
+    import numpy as np
+
+    from tvmgrad import planning
+    from tvmgrad.bench import _read_by_kernel
+    x = np.ones((4, 8), "float32")
+    cases = [("silu_grad", {"x": x, "out": x, "out_grad": x}, None, {"x", "out_grad"}),
+             ("relu_grad", {"out": x, "out_grad": x}, None, {"out", "out_grad"}),
+             ("index_select_grad", {"x": x, "index": np.array([1, 0], "int64"),
+                                    "out_grad": x[:2]}, {"axis": 0}, {"index", "out_grad"})]
+    for op, inputs, attrs, want in cases:
+        plan = planning.plan_call(op, inputs, attrs, target="llvm").plan
+        assert _read_by_kernel(plan) == want, op

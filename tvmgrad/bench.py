@@ -12,7 +12,8 @@ Fair by construction:
 * the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel), not a
   single-thread numpy copy;
 * times are the best and the median of ``--repeat`` calls after two warm-up calls; bytes are every
-  input read plus every output written.
+  input the kernel reads (silu_grad is passed ``out`` and never reads it) plus every output
+  written.
 
 Paddle and PyTorch are optional (neither is a tvmgrad dependency: ``pip install paddlepaddle``,
 ``pip install torch``): without one, its columns read n/a and a note says why.
@@ -116,6 +117,18 @@ def _nbytes(value) -> int:
     return sum(_nbytes(v) for v in value) if isinstance(value, list) else getattr(value, "nbytes", 0)
 
 
+def _read_by_kernel(plan) -> set:
+    """The input names whose arrays the plan's kernel reads: those whose parameter buffer a block
+    of its function names in ``T.reads``; every input when none does (a kernel of extern calls)."""
+    import re
+    func = plan.make()
+    reads = " ".join(re.findall(r"T\.reads\((.*)\)", func.script()))
+    inputs = {a.name for a in plan.args if a.kind == "input"}
+    read = {a.name for a, param in zip(plan.args, func.params)
+            if a.kind == "input" and re.search(rf"\b{re.escape(str(param.name))}\[", reads)}
+    return read or inputs
+
+
 def _aligned(value):
     """``value`` in 64-byte aligned memory: the runtime copies arrays that are not (the kernels
     are built assuming it), which is not the kernel's time."""
@@ -139,7 +152,9 @@ def _measure(framework: str, job: dict) -> dict:
         inputs = {k: _aligned(v) for k, v in inputs.items()}
         launch = prepare(op, inputs, attrs)
         result = launch()
-        nbytes = sum(_nbytes(v) for v in inputs.values()) + sum(_nbytes(v) for v in result.values())
+        read = _read_by_kernel(launch.plan) if launch.plan.make is not None else set(inputs)
+        nbytes = (sum(_nbytes(v) for k, v in inputs.items() if k in read)
+                  + sum(_nbytes(v) for v in result.values()))
         best, median = best_and_median(launch, repeat)
         from .benchrefs import flop_counts
         count = flop_counts().get(op)
