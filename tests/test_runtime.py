@@ -87,6 +87,21 @@ def test_given_outputs_are_checked_every_call():
         launch(out={"x_grad": np.zeros(12, ">f4")})
 
 
+def test_repeated_calls_take_strided_and_read_only_inputs():
+    """A cached run and a launch on new arrays (the same signature) copy a strided input and take
+    a read-only one, call after call, with the values of each call's arrays."""
+    x = np.linspace(-1, 1, 24).astype("float32")
+    launch = tvmgrad.prepare("sigmoid_grad", {"out": x[:12], "out_grad": x[12:]})
+    for step in range(3):
+        out = (x * (step + 1))[::2]                  # strided: the prepared signature's shape
+        g = np.ascontiguousarray(x[::-2])
+        g.flags.writeable = False
+        want = g * out * (1 - out)
+        for call in (lambda: tvmgrad.run("sigmoid_grad", {"out": out, "out_grad": g}),
+                     lambda: launch({"out": out, "out_grad": g})):
+            np.testing.assert_allclose(call()["x_grad"], want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "complex64", "strided"])
 def test_a_prepared_launch_reads_its_arrays_anew_each_call(dtype):
     """launch() keeps its prepared arrays' kernel arguments (views of their memory): every call

@@ -580,7 +580,11 @@ class _Bound:
                 args[i] = buffer
         for i, entry in fill:
             value = tensors[entry[2]]
-            args[i] = self._arg(entry, value if entry[3] is None else value[entry[3]])
+            if entry[3] is not None:
+                value = value[entry[3]]
+            # (_arg's first case, inline: a numpy array the kernel takes as it is)
+            args[i] = (value if type(value) is np.ndarray and entry[0] == _PASS
+                       and _direct_flags(value.flags) else self._arg(entry, value))
         self.function(*args)
         return results
 
