@@ -55,6 +55,53 @@ def test_prepared_launch_writes_given_outputs():
     np.testing.assert_array_equal(buf, np.where(x > 0, x * 3, 0))
 
 
+def test_given_outputs_are_checked_every_call():
+    """The same out arrays reused call after call are written each time; one made unfit since
+    (read-only, reshaped) is refused as at its first use; a misaligned one is written through a
+    scratch buffer; another dtype, or byte order, is refused."""
+    x = np.linspace(-1, 1, 12).astype("float32")
+    launch = tvmgrad.prepare("relu_grad", {"out": x, "out_grad": x * 3})
+    want = np.where(x > 0, x * 3, 0)
+    buf = np.full(12, np.nan, dtype="float32")
+    for _ in range(3):
+        buf[:] = np.nan
+        assert launch(out={"x_grad": buf})["x_grad"] is buf
+        np.testing.assert_array_equal(buf, want)
+    assert launch({"out": x.copy(), "out_grad": x * 3}, out={"x_grad": buf})["x_grad"] is buf
+    buf.flags.writeable = False
+    with pytest.raises(ValueError, match="writable C-contiguous"):
+        launch(out={"x_grad": buf})
+    buf.flags.writeable = True
+    buf.shape = (3, 4)
+    with pytest.raises(ValueError, match=r"must have shape \[12\]"):
+        launch(out={"x_grad": buf})
+    with pytest.raises(ValueError, match="dtype float32"):
+        launch(out={"x_grad": np.empty(12, "float64")})
+    with pytest.raises(TypeError, match="must be an array"):
+        launch(out={"x_grad": None})
+    odd = np.zeros(12 * 4 + 1, np.uint8)[1:].view("float32")       # not element-aligned
+    assert not odd.flags.aligned
+    assert launch(out={"x_grad": odd})["x_grad"] is odd
+    np.testing.assert_array_equal(odd, want)
+    with pytest.raises(ValueError, match="dtype float32"):             # DLPack: native order
+        launch(out={"x_grad": np.zeros(12, ">f4")})
+
+
+def test_repeated_calls_take_strided_and_read_only_inputs():
+    """A cached run and a launch on new arrays (the same signature) copy a strided input and take
+    a read-only one, call after call, with the values of each call's arrays."""
+    x = np.linspace(-1, 1, 24).astype("float32")
+    launch = tvmgrad.prepare("sigmoid_grad", {"out": x[:12], "out_grad": x[12:]})
+    for step in range(3):
+        out = (x * (step + 1))[::2]                  # strided: the prepared signature's shape
+        g = np.ascontiguousarray(x[::-2])
+        g.flags.writeable = False
+        want = g * out * (1 - out)
+        for call in (lambda: tvmgrad.run("sigmoid_grad", {"out": out, "out_grad": g}),
+                     lambda: launch({"out": out, "out_grad": g})):
+            np.testing.assert_allclose(call()["x_grad"], want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "complex64", "strided"])
 def test_a_prepared_launch_reads_its_arrays_anew_each_call(dtype):
     """launch() keeps its prepared arrays' kernel arguments (views of their memory): every call

@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from . import registry, rt
+from . import registry, rt, tuned
 from .cache import KernelCache, default_cache
 from .call import BoundCall
 from .dtypes import DType, dtype as as_dtype
@@ -132,11 +132,28 @@ def _run_key(op, inputs, attrs, target, options):
     else:
         akey = ()
     okey = tuple(sorted(options.items())) if options else ()
-    from .tuned import active_database
-    # "llvm" means another CPU when $TVMGRAD_CPU changes; "cuda" another arch likewise
-    env = os.environ
-    return (op, target, env.get("TVMGRAD_CPU"), env.get("TVMGRAD_CUDA_ARCH"), active_database(),
-            akey, okey, sig)
+    cpu, arch, db_path = _key_environment()
+    db = tuned._ACTIVE if tuned._ACTIVE is not None or not db_path else tuned.active_database()
+    return (op, target, cpu, arch, db, akey, okey, sig)
+
+
+_KEY_ENV = ("TVMGRAD_CPU", "TVMGRAD_CUDA_ARCH", "TVMGRAD_TUNING_DB")
+
+
+def _key_environment_reader():
+    """A function giving the variables a run key depends on ("llvm" means another CPU when
+    $TVMGRAD_CPU changes, "cuda" another arch likewise; $TVMGRAD_TUNING_DB names the tuned
+    database), as values to compare, not to use: the raw bytes of CPython's POSIX
+    ``os.environ`` mapping's own dict where it has one (``os.environ.get`` encodes and decodes
+    in Python, ~0.6 us a lookup: most of a cached ``run``'s key), else ``os.environ.get``'s."""
+    data = getattr(os.environ, "_data", None)
+    if os.name == "posix" and type(data) is dict and all(type(k) is bytes for k in data):
+        keys = tuple(os.fsencode(k) for k in _KEY_ENV)
+        return lambda: tuple(map(data.get, keys))
+    return lambda: tuple(map(os.environ.get, _KEY_ENV))
+
+
+_key_environment = _key_environment_reader()
 
 
 class _RunCache:
@@ -316,7 +333,8 @@ def _check_out(op: str, name: str, array, meta: TensorMeta, where=None):
     except TypeError:
         dt = None
     shape = rt.shape_of(array)
-    if shape != meta.shape or dt != meta.dtype:
+    swapped = not getattr(getattr(array, "dtype", None), "isnative", True)    # DLPack refuses it
+    if shape != meta.shape or dt != meta.dtype or swapped:
         raise ValueError(f"{op}: output {name!r} must have shape {list(meta.shape)} and dtype "
                          f"{meta.dtype.name}, got {list(shape)} {getattr(array, 'dtype', '?')}")
     writable = array.flags.writeable if isinstance(array, np.ndarray) else True
@@ -405,6 +423,29 @@ class _Bound:
                                 (rt.shape(dims) if view else None, dims, dt)))
         self.simple = (self.mode == "host" and not plan.aliases)
         self._held = None                  # held_args' kept arguments
+        self._direct = self._direct_outputs()
+        # the arguments of a call without held inputs: scalars in place, arrays filled per call
+        self._template = [e[1] if e[0] == _SCALAR else None for e in self.recipe]
+        self._inputs = [(i, e) for i, e in enumerate(self.recipe) if e[0] != _SCALAR and e[1]]
+
+    def _direct_outputs(self):
+        """The common call's outputs, when every one is a numpy array the kernel writes as it is
+        (a host call, numpy in, element alignment, no aliases, no Tensor[] outputs, no views):
+        per output (name, (shape, numpy dtype) or None for an absent output, its argument
+        positions); None otherwise (``execute`` takes the general path)."""
+        if not self.simple or self.framework != "numpy" or self.align is not None \
+                or self.function is None:
+            return None
+        direct = []
+        for name, meta in self.out_meta.items():
+            if isinstance(meta, list):
+                return None
+            places = [i for i, e in enumerate(self.recipe)
+                      if e[0] != _SCALAR and not e[1] and e[2] == name]
+            if any(self.recipe[i][0] != _PASS or self.recipe[i][3] is not None for i in places):
+                return None
+            direct.append((name, None if meta is None else (meta.shape, meta.dtype.numpy), places))
+        return direct
 
     # -- outputs -------------------------------------------------------------------------------
     def _new(self, meta: TensorMeta):
@@ -431,6 +472,10 @@ class _Bound:
     def execute(self, tensors: dict, out: dict | None = None, inplace: bool = False, *,
                 held: bool = False) -> dict:
         """Run on ``tensors`` (``held``: a Launch's own prepared arrays, see ``held_args``)."""
+        if self._direct is not None and not inplace:
+            results = self._execute_direct(tensors, out, held)
+            if results is not None:
+                return results
         spec = self.spec
         results = {}
         if self.simple and not out and not inplace:
@@ -507,6 +552,42 @@ class _Bound:
             results[name] = buffer
         return results
 
+    def _execute_direct(self, tensors: dict, out: dict | None, held: bool) -> dict | None:
+        """``execute`` for ``_direct`` outputs: new numpy arrays, or the caller's ``out`` arrays
+        where each is one the kernel writes as it is (else None, before any work: the general
+        path checks them and raises, or computes through scratch buffers)."""
+        if out and type(out) is not dict:
+            return None
+        if held:
+            args = list(self._held_template(tensors))
+            fill = self._held_inputs
+        else:
+            args = list(self._template)
+            fill = self._inputs
+        results = {}
+        for name, alloc, places in self._direct:
+            if alloc is None:
+                results[name] = None
+                continue
+            buffer = out.get(name, _NO) if out else _NO
+            if buffer is _NO:
+                buffer = np.empty(alloc[0], alloc[1])
+            elif not (type(buffer) is np.ndarray and buffer.shape == alloc[0]
+                      and buffer.dtype == alloc[1] and _direct_flags(buffer.flags)):
+                return None
+            results[name] = buffer
+            for i in places:
+                args[i] = buffer
+        for i, entry in fill:
+            value = tensors[entry[2]]
+            if entry[3] is not None:
+                value = value[entry[3]]
+            # (_arg's first case, inline: a numpy array the kernel takes as it is)
+            args[i] = (value if type(value) is np.ndarray and entry[0] == _PASS
+                       and _direct_flags(value.flags) else self._arg(entry, value))
+        self.function(*args)
+        return results
+
     # -- arguments -----------------------------------------------------------------------------
     def _args(self, tensors: dict, results: dict) -> list:
         args = []
@@ -540,20 +621,24 @@ class _Bound:
         the kernel takes as it is (a numpy array passed whole) is kept as a TVM tensor over its
         memory (no DLPack export per call); the outputs, new each call, and inputs that need a
         copy or a view made (strided, half or complex arrays) are converted each call."""
-        if self._held is None:
-            import tvm_ffi
-            held = self._args(tensors, results)
-            for i, entry in enumerate(self.recipe):
-                if entry[0] == _SCALAR:
-                    continue
-                keep = entry[1] and type(held[i]) is np.ndarray
-                held[i] = tvm_ffi.from_dlpack(held[i]) if keep else None
-            self._held = held
-        args = list(self._held)
+        args = list(self._held_template(tensors))
         for i, entry in enumerate(self.recipe):
             if args[i] is None:
                 args[i] = self._arg(entry, _recipe_value(entry, tensors, results))
         return args
+
+    def _held_template(self, tensors: dict) -> list:
+        """``held_args``' kept arguments (made on the first call): the scalars and held inputs in
+        place, None where an argument is converted per call (``_held_inputs``: those inputs)."""
+        if self._held is None:
+            import tvm_ffi
+            held = list(self._template)
+            for i, entry in self._inputs:
+                value = self._arg(entry, _recipe_value(entry, tensors, {}))
+                held[i] = tvm_ffi.from_dlpack(value) if type(value) is np.ndarray else None
+            self._held_inputs = [(i, e) for i, e in self._inputs if held[i] is None]
+            self._held = held
+        return self._held
 
     def _invoke(self, args: list) -> None:
         """Call the kernel; a device-resident call runs on the caller's current stream (torch's
@@ -590,6 +675,11 @@ class _Bound:
             else:
                 rt.copy(tensor, rt._storage_tensor(host, dt))
                 rt.sync(dev)
+
+
+def _direct_flags(flags) -> bool:
+    """May the kernel write a numpy array of the right shape and dtype as it is?"""
+    return flags.c_contiguous and flags.writeable and flags.aligned
 
 
 def _host_or_raw(value):
