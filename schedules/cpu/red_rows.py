@@ -6,7 +6,7 @@ inlined).
 * rows leading (reduced dims innermost in memory): the rows run in parallel; each row's
   reductions (and per-row scalars, ``scalar``) are computed right before its outputs (the row
   stays in cache), each in vector lanes (``_lane_sums``: a serial sum of a row is bound by the
-  add latency, ~2 GB/s);
+  add latency, ~2 GB/s), and its outputs in vector lanes too (``_lane_outputs``);
 * reduced axis in the middle (e.g. softmax over axis 1 of (pre, n, post)): parallel over
   ``pre``; per ``pre`` the reductions sweep the (n, post) slab row by row into a ``post``-long
   vector of partial results (contiguous, vectorisable), then the outputs;
@@ -180,8 +180,9 @@ def _lane_sums(sch, rs, red, outer, target, depth=1):
 def _lane_outputs(sch, block, depth, acc, target) -> None:
     """An output's innermost loop (contiguous in memory) split by the vector lanes of ``acc``
     (the type its arithmetic runs in) and vectorised, with the loop-partition hint that keeps
-    the main loop branch-free (as in ``_lane_sums``). Left to LLVM's auto-vectoriser it is
-    one 256-bit vector per step with its pointers reloaded from the stack each step."""
+    the main loop branch-free (as in ``_lane_sums``), rather than left to LLVM's
+    auto-vectoriser (which, with the exp polynomial in the body, reloaded its pointers from the
+    stack every step)."""
     loops = sch.get_loops(block)
     lanes = vector_unit(target).lanes(acc)
     extent = const_extent(sch, loops[-1])
