@@ -3,7 +3,8 @@
 TVM lowers ``exp``/``erf`` on LLVM to calls of libm's ``expf``/``erff``, one element at a time: a loop
 with such a call does not vectorise, and a pointwise grad like gelu's runs at a fraction of memory
 bandwidth. These rules replace the calls, for float32 on LLVM only (CUDA keeps its native
-functions, float64 keeps libm), by branch-free polynomials that LLVM vectorises:
+functions, float64 keeps libm), by branch-free polynomials that LLVM vectorises (and, in a loop
+that TVM vectorises explicitly, the same polynomials on its vectors):
 
 * exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial, 2ⁿ built from the
   exponent bits in two steps so that results in the subnormal range are right); about 1 ulp;
@@ -23,38 +24,52 @@ __all__ = ["install"]
 LEVEL = 200        # above TVM's own rules (99)
 
 
-def _f(value):
+def _lanes(x) -> int:
+    import tvm
+    return tvm.DataType(str(x.ty)).lanes
+
+
+def _typed(dtype: str, lanes: int) -> str:
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+
+
+def _f(value, lanes=1, dtype="float32"):
+    """A constant, broadcast to ``lanes`` (a vector operand: an explicitly vectorised loop)."""
     from tvm import tirx
-    return tirx.const(value, "float32")
+    c = tirx.const(value, dtype)
+    return c if lanes == 1 else tirx.Broadcast(c, lanes)
 
 
 def _horner(x, coefficients):
-    acc = _f(coefficients[0])
+    acc = _f(coefficients[0], _lanes(x))
     for c in coefficients[1:]:
-        acc = acc * x + _f(c)
+        acc = acc * x + _f(c, _lanes(x))
     return acc
 
 
 def _pow2(n):
     """2**n for an integral float32 n in [-149, 128], as exponent bits."""
     from tvm import tirx
-    bits = (n.astype("int32") + tirx.const(127, "int32")) << tirx.const(23, "int32")
-    return tirx.reinterpret("float32", bits)
+    lanes = _lanes(n)
+    bits = ((n.astype(_typed("int32", lanes)) + _f(127, lanes, "int32"))
+            << _f(23, lanes, "int32"))
+    return tirx.reinterpret(_typed("float32", lanes), bits)
 
 
 def exp32(x):
     from tvm import tirx
-    hi, lo = 88.72283935546875, -103.97207708
-    xc = tirx.max(tirx.min(x, _f(hi)), _f(lo))
-    n = tirx.floor(xc * _f(1.44269504088896341) + _f(0.5))
-    r = xc - n * _f(0.693359375) - n * _f(-2.12194440e-4)
+    lanes = _lanes(x)
+    hi, lo = _f(88.72283935546875, lanes), _f(-103.97207708, lanes)
+    xc = tirx.max(tirx.min(x, hi), lo)
+    n = tirx.floor(xc * _f(1.44269504088896341, lanes) + _f(0.5, lanes))
+    r = xc - n * _f(0.693359375, lanes) - n * _f(-2.12194440e-4, lanes)
     p = _horner(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                     1.6666665459e-1, 5.0000001201e-1])
-    p = p * r * r + r + _f(1.0)
-    half = tirx.floor(n * _f(0.5))                   # 2**n = 2**half * 2**(n - half), both normal
+    p = p * r * r + r + _f(1.0, lanes)
+    half = tirx.floor(n * _f(0.5, lanes))            # 2**n = 2**half * 2**(n - half), both normal
     y = p * _pow2(half) * _pow2(n - half)
-    y = tirx.Select(x > _f(hi), _f(float("inf")), y)
-    y = tirx.Select(x < _f(lo), _f(0.0), y)
+    y = tirx.Select(x > hi, _f(float("inf"), lanes), y)
+    y = tirx.Select(x < lo, _f(0.0, lanes), y)
     return tirx.Select(tirx.isnan(x), x, y)
 
 
@@ -67,7 +82,8 @@ _ERF_BETA = [-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03
 
 def erf32(x):
     from tvm import tirx
-    xc = tirx.max(tirx.min(x, _f(4.0)), _f(-4.0))
+    lanes = _lanes(x)
+    xc = tirx.max(tirx.min(x, _f(4.0, lanes)), _f(-4.0, lanes))
     x2 = xc * xc
     p = _horner(x2, _ERF_ALPHA) * xc
     q = _horner(x2, _ERF_BETA)
@@ -77,10 +93,22 @@ def erf32(x):
 
 def _rule(fn):
     def lower(op):
-        if str(op.ty) != "float32":        # scalar float32 only (float64 keeps libm)
-            return op
-        return fn(op.args[0])
+        if str(op.ty).split("x")[0] == "float32":   # float32, scalar or vector
+            return fn(op.args[0])
+        if _lanes(op.args[0]) > 1:                 # other vectors: libm's, lane by lane
+            return _per_lane(op)
+        return op                                  # float64 keeps libm
     return lower
+
+
+def _per_lane(op):
+    """A vector call as the vector of its scalar calls (TVM lowers those to libm's)."""
+    from tvm import tirx
+    x = op.args[0]
+    scalar = str(x.ty).split("x")[0]
+    parts = [tirx.call_intrin(scalar, op.op, tirx.Shuffle([x], [tirx.const(i, "int32")]))
+             for i in range(_lanes(x))]
+    return tirx.Shuffle(parts, [tirx.const(i, "int32") for i in range(len(parts))])
 
 
 @functools.cache

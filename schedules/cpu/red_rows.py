@@ -6,7 +6,7 @@ inlined).
 * rows leading (reduced dims innermost in memory): the rows run in parallel; each row's
   reductions (and per-row scalars, ``scalar``) are computed right before its outputs (the row
   stays in cache), each in vector lanes (``_lane_sums``: a serial sum of a row is bound by the
-  add latency, ~2 GB/s);
+  add latency, ~2 GB/s), and its outputs in vector lanes too (``_lane_outputs``);
 * reduced axis in the middle (e.g. softmax over axis 1 of (pre, n, post)): parallel over
   ``pre``; per ``pre`` the reductions sweep the (n, post) slab row by row into a ``post``-long
   vector of partial results (contiguous, vectorisable), then the outputs;
@@ -33,6 +33,12 @@ from ._isa import vector_unit
 from ._parallel import serial_reduction, spatial
 
 __all__ = ["schedule", "RULE"]
+
+# The scope of a row's reductions and lane partials, allocated inside the parallel row loop:
+# "global", which TVM's LowerTVMBuiltin keeps as a stack array (LLVM then holds it in
+# registers); it turns a "local" one into a TVMBackendAllocWorkspace / FreeWorkspace pair, i.e.
+# two runtime calls per buffer per row.
+ROW_SCOPE = "global"
 
 
 def schedule(sch, target=None):
@@ -92,6 +98,7 @@ def _fused_rows(sch, group, target) -> set:
     attach_followers(sch, followers, outer)
     if target is not None:
         rs_blocks = _one_reduction(sch, rs_blocks)
+    acc = str(sch.get(rs_blocks[0]).writes[0].source.dtype)
     # each row's reductions run right before its outputs (the row is still in cache); consumers
     # first, each placed before its producers, and each scheduled as soon as it is placed (while
     # it is the row loop's first child, as rfactor requires)
@@ -112,11 +119,14 @@ def _fused_rows(sch, group, target) -> set:
                 red = analyze(sch, rs).reduce_loops   # now the loop over the lanes
         if red:
             sch.decompose_reduction(rs, red[0])
-        set_scopes(sch, rs, "local")
+        set_scopes(sch, rs, ROW_SCOPE)
     for f, partial in zip(folds, partials):
         merge(sch, f, partial, ro)
     if chunks:
         share_columns(sch, partials)
+    if target is not None:
+        for block in [ro, *followers]:
+            _lane_outputs(sch, block, depth, acc, target)
     return names
 
 
@@ -163,8 +173,24 @@ def _lane_sums(sch, rs, red, outer, target, depth=1):
     sch.vectorize(loops[-1])
     sch.annotate(loops[-2], "pragma_loop_partition_hint", 1)
     sch.decompose_reduction(partial, loops[-1 - len(red)])
-    sch.set_scope(partial, 0, "local")
+    sch.set_scope(partial, 0, ROW_SCOPE)
     return row
+
+
+def _lane_outputs(sch, block, depth, acc, target) -> None:
+    """An output's innermost loop (contiguous in memory) split by the vector lanes of ``acc``
+    (the type its arithmetic runs in) and vectorised, with the loop-partition hint that keeps
+    the main loop branch-free (as in ``_lane_sums``), rather than left to LLVM's
+    auto-vectoriser (which, with the exp polynomial in the body, reloaded its pointers from the
+    stack every step)."""
+    loops = sch.get_loops(block)
+    lanes = vector_unit(target).lanes(acc)
+    extent = const_extent(sch, loops[-1])
+    if len(loops) <= depth or (extent is not None and extent < lanes):
+        return                        # no loop within the row, or a row shorter than a vector
+    steps, lane = sch.split(loops[-1], [None, lanes])
+    sch.vectorize(lane)
+    sch.annotate(steps, "pragma_loop_partition_hint", 1)
 
 
 RULE = ScheduleRule("red_rows", schedule, fused_rows)
