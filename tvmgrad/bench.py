@@ -9,8 +9,8 @@ Fair by construction:
   pays page faults the other does not;
 * the same vector ISA: when the target has AVX2 but not AVX-512 (``$TVMGRAD_CPU=x86-64-v3`` on
   an AVX-512 host), PyTorch's and Paddle's kernels are held to AVX2 too (``same_isa_caps``);
-* the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel), not a
-  single-thread numpy copy;
+* the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel built for
+  the kernels' target, on aligned arrays), not a single-thread numpy copy;
 * times are the best and the median of ``--repeat`` calls after two warm-up calls; bytes are every
   input the kernel reads (silu_grad is passed ``out`` and never reads it) plus every output
   written.
