@@ -152,13 +152,13 @@ def host_cpu_spec() -> dict:
     name = codegen.llvm_get_system_cpu()
     implied = set(codegen.llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": name})))
     host = hostcpu.host()
-    mattr = [f"-{f}" for f in host.lacks(implied)]
-    mattr += [f"+{f}" for f in _VECTOR if f in host.present and f not in implied]
+    lacks = host.lacks(implied)
+    adds = [f for f in _VECTOR if f in host.present and f not in implied]
+    mattr = [f"-{f}" for f in lacks] + [f"+{f}" for f in adds]
     spec = {"kind": "llvm", "mcpu": name}
     if mattr:
         spec["mattr"] = mattr
-    enabled = (implied - set(host.lacks(implied))) | {f for f in _VECTOR if f in host.present}
-    return _full_width(spec, enabled)
+    return _full_width(spec, (implied - set(lacks)) | set(adds))
 
 
 def _default_cpu_spec() -> dict:
