@@ -29,6 +29,12 @@ def _lanes(x) -> int:
     return tvm.DataType(str(x.ty)).lanes
 
 
+def _element(x) -> str:
+    """The scalar type of ``x``'s lanes (``float32`` of ``float32x16``)."""
+    import tvm
+    return str(tvm.DataType(str(x.ty)).with_lanes(1))
+
+
 def _typed(dtype: str, lanes: int) -> str:
     return dtype if lanes == 1 else f"{dtype}x{lanes}"
 
@@ -93,7 +99,7 @@ def erf32(x):
 
 def _rule(fn):
     def lower(op):
-        if str(op.ty).split("x")[0] == "float32":   # float32, scalar or vector
+        if _element(op) == "float32":              # float32, scalar or vector
             return fn(op.args[0])
         if _lanes(op.args[0]) > 1:                 # other vectors: libm's, lane by lane
             return _per_lane(op)
@@ -105,8 +111,7 @@ def _per_lane(op):
     """A vector call as the vector of its scalar calls (TVM lowers those to libm's)."""
     from tvm import tirx
     x = op.args[0]
-    scalar = str(x.ty).split("x")[0]
-    parts = [tirx.call_intrin(scalar, op.op, tirx.Shuffle([x], [tirx.const(i, "int32")]))
+    parts = [tirx.call_intrin(_element(x), op.op, tirx.Shuffle([x], [tirx.const(i, "int32")]))
              for i in range(_lanes(x))]
     return tirx.Shuffle(parts, [tirx.const(i, "int32") for i in range(len(parts))])
 
