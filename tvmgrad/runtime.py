@@ -579,10 +579,11 @@ class _Bound:
             for i in places:
                 args[i] = buffer
         for i, entry in fill:
+            # _recipe_value and _arg's first case, inline: calling _recipe_value cost ~0.2 us an input
             value = tensors[entry[2]]
             if entry[3] is not None:
                 value = value[entry[3]]
-            # (_arg's first case, inline: a numpy array the kernel takes as it is)
+            # (a numpy array the kernel takes as it is)
             args[i] = (value if type(value) is np.ndarray and entry[0] == _PASS
                        and _direct_flags(value.flags) else self._arg(entry, value))
         self.function(*args)
