@@ -239,7 +239,7 @@ def _stages(T, W, e, n, TB, off, sign, real):
 
 def _gather(T, W, rows, lanes, at, read) -> None:
     """Copy ``rows`` points of ``lanes`` neighbouring lines into the scratch's first half:
-    W[0, j, :, b] = read(at(j, b)) (a (re, im) pair)."""
+    W[0, j, :, b] = read(at(j, b)) (a (re, im) pair). The tail unit's form (lanes clamped)."""
     with T.serial(_i64(0), rows) as j:
         with T.serial(_i64(0), lanes) as b:
             re, im = read(at(j, b))
@@ -247,20 +247,56 @@ def _gather(T, W, rows, lanes, at, read) -> None:
             W[0, j, 1, b] = im
 
 
+def _rows_in(T, W, rows, F, start, stride, scale, real) -> None:
+    """A full unit's copy-in: row j is the LANES points F[start + j·stride + b] (complex, F a flat
+    float view), one contiguous load split into its re and im lanes (a shuffle, not a gather)."""
+    zero = _i64(0)
+    with T.serial(zero, rows) as j:
+        R = T.buffer_proxy(T.alloc_buffer((2 * LANES,), real, scope="local"))
+        at = (start + j * stride) * _i64(2)
+        with T.vectorized(zero, _i64(2 * LANES)) as f:
+            R[f] = _scaled(F[at + f], scale)
+        with T.vectorized(zero, _i64(LANES)) as b:
+            W[0, j, 0, b] = R[b * _i64(2)]
+            W[0, j, 1, b] = R[b * _i64(2) + _i64(1)]
+
+
+def _rows_out(T, W, res, rows, F, start, stride, real) -> None:
+    """A full unit's copy-out: F[start + k·stride + b] = W[res, k, :, b], re and im lanes
+    interleaved in registers, one contiguous store a row."""
+    zero = _i64(0)
+    with T.serial(zero, rows) as k:
+        R = T.buffer_proxy(T.alloc_buffer((2 * LANES,), real, scope="local"))
+        with T.vectorized(zero, _i64(LANES)) as b:
+            R[b * _i64(2)] = W[res, k, 0, b]
+            R[b * _i64(2) + _i64(1)] = W[res, k, 1, b]
+        at = (start + k * stride) * _i64(2)
+        with T.vectorized(zero, _i64(2 * LANES)) as f:
+            F[at + f] = R[f]
+
+
 def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, l2, h, len1, len2,
                sign, real, name, scale):
-    """The CPU form (``_fft_pow2``)."""
+    """The CPU form (``_fft_pow2``). A unit of LANES whole lines copies in and out through
+    contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
+    lines) through the clamped scalar copy."""
     from ._extern import ceildiv, region
     one, lanes = _i64(1), _i64(LANES)
     h1 = l2 - h
     c1, c2, li = len1 * inner, len2 * inner, length * inner
+    SF, WF, DF = (T.buffer_proxy(T.decl_buffer((outer * li * _i64(2),), real, data=b.data))
+                  for b in (s_buf, w_buf, d_buf))
     with units(f"{name}_rows", [outer, ceildiv(c1, lanes)]) as (o, cb):
         T.reads(region(s_buf), region(tw_buf))
         T.writes(region(w_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, LANES), real))
         base = o * li
-        _gather(T, W, len2, lanes, lambda j, b: base + tirx.min(cb * lanes + b, c1 - one) + j * c1,
-                lambda at: (_scaled(S[at, 0], scale), _scaled(S[at, 1], scale)))
+        with T.If(cb * lanes + lanes <= c1):
+            with T.Then():
+                _rows_in(T, W, len2, SF, base + cb * lanes, c1, scale, real)
+            with T.Else():
+                _gather(T, W, len2, lanes, lambda j, b: base + tirx.min(cb * lanes + b, c1 - one) + j * c1,
+                        lambda at: (_scaled(S[at, 0], scale), _scaled(S[at, 1], scale)))
         res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
         with T.serial(_i64(0), lanes) as b:
             c = cb * lanes + b
@@ -278,17 +314,26 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
         T.writes(region(d_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
         base = o * li
-        _gather(T, W, len1, lanes, lambda j, b: base + j * c2 + tirx.min(cb * lanes + b, c2 - one),
-                lambda at: (Wk[at, 0], Wk[at, 1]))
+        full = cb * lanes + lanes <= c2
+        with T.If(full):
+            with T.Then():
+                _rows_in(T, W, len1, WF, base + cb * lanes, c2, None, real)
+            with T.Else():
+                _gather(T, W, len1, lanes, lambda j, b: base + j * c2 + tirx.min(cb * lanes + b, c2 - one),
+                        lambda at: (Wk[at, 0], Wk[at, 1]))
         res = _stages(T, W, h1, len1, TB, len2, sign, real)
-        with T.serial(_i64(0), len1) as k:
-            with T.serial(_i64(0), lanes) as b:
-                c = cb * lanes + b
-                with T.If(c < c2):
-                    with T.Then():
-                        at = base + c + k * c2
-                        D[at, 0] = W[res, k, 0, b]
-                        D[at, 1] = W[res, k, 1, b]
+        with T.If(full):
+            with T.Then():
+                _rows_out(T, W, res, len1, DF, base + cb * lanes, c2, real)
+            with T.Else():
+                with T.serial(_i64(0), len1) as k:
+                    with T.serial(_i64(0), lanes) as b:
+                        c = cb * lanes + b
+                        with T.If(c < c2):
+                            with T.Then():
+                                at = base + c + k * c2
+                                D[at, 0] = W[res, k, 0, b]
+                                D[at, 1] = W[res, k, 1, b]
 
 
 def _stockham(T, S, A, Bw, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, n_total, l2, h, len2,
