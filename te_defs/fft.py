@@ -261,6 +261,23 @@ def _rows_in(T, W, rows, F, start, stride, scale, real) -> None:
             W[0, j, 1, b] = R[b * _i64(2) + _i64(1)]
 
 
+def _copy_in(T, W, rows, flat, pairs, base, first, count, scale, real):
+    """A unit's copy-in of the lines first .. first + LANES of ``count`` (also the row stride)
+    into the scratch's first half: ``_rows_in`` when they all exist, else ``_gather`` with the
+    line clamped to the last one. -> the "all lines exist" condition (the copy-out's choice).
+    ``flat``/``pairs``: the same buffer as flat floats and as (re, im) pairs."""
+    lanes = _i64(LANES)
+    full = first + lanes <= count
+    with T.If(full):
+        with T.Then():
+            _rows_in(T, W, rows, flat, base + first, count, scale, real)
+        with T.Else():
+            _gather(T, W, rows, lanes,
+                    lambda j, b: base + tirx.min(first + b, count - _i64(1)) + j * count,
+                    lambda at: (_scaled(pairs[at, 0], scale), _scaled(pairs[at, 1], scale)))
+    return full
+
+
 def _rows_out(T, W, res, rows, F, start, stride, real) -> None:
     """A full unit's copy-out: F[start + k·stride + b] = W[res, k, :, b], re and im lanes
     interleaved in registers, one contiguous store a row."""
@@ -281,7 +298,7 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
     contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
     lines) through the clamped scalar copy."""
     from ._extern import ceildiv, region
-    one, lanes = _i64(1), _i64(LANES)
+    lanes = _i64(LANES)
     h1 = l2 - h
     c1, c2, li = len1 * inner, len2 * inner, length * inner
     SF, WF, DF = (T.buffer_proxy(T.decl_buffer((outer * li * _i64(2),), real, data=b.data))
@@ -291,12 +308,7 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
         T.writes(region(w_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, LANES), real))
         base = o * li
-        with T.If(cb * lanes + lanes <= c1):
-            with T.Then():
-                _rows_in(T, W, len2, SF, base + cb * lanes, c1, scale, real)
-            with T.Else():
-                _gather(T, W, len2, lanes, lambda j, b: base + tirx.min(cb * lanes + b, c1 - one) + j * c1,
-                        lambda at: (_scaled(S[at, 0], scale), _scaled(S[at, 1], scale)))
+        _copy_in(T, W, len2, SF, S, base, cb * lanes, c1, scale, real)
         res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
         with T.serial(_i64(0), lanes) as b:
             c = cb * lanes + b
@@ -314,13 +326,7 @@ def _four_step(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inne
         T.writes(region(d_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
         base = o * li
-        full = cb * lanes + lanes <= c2
-        with T.If(full):
-            with T.Then():
-                _rows_in(T, W, len1, WF, base + cb * lanes, c2, None, real)
-            with T.Else():
-                _gather(T, W, len1, lanes, lambda j, b: base + j * c2 + tirx.min(cb * lanes + b, c2 - one),
-                        lambda at: (Wk[at, 0], Wk[at, 1]))
+        full = _copy_in(T, W, len1, WF, Wk, base, cb * lanes, c2, None, real)
         res = _stages(T, W, h1, len1, TB, len2, sign, real)
         with T.If(full):
             with T.Then():
