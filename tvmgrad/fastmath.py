@@ -8,7 +8,8 @@ that TVM vectorises explicitly, the same polynomials on its vectors):
 
 * exp: Cephes' expf (range reduction by ln 2 in two parts, degree-6 polynomial, 2ⁿ built from the
   exponent bits in two steps so that results in the subnormal range are right); about 1 ulp;
-  overflow to inf, underflow to 0, NaN passes through.
+  overflow to inf and underflow to 0 where the polynomial's own result rounds there (the argument
+  clamped just past both, no select), NaN passes through.
 * erf: Eigen's float rational approximation (what Paddle's CPU kernels compute through Eigen), exact
   ±1 beyond |x| ≥ 4, NaN passes through.
 
@@ -53,29 +54,33 @@ def _horner(x, coefficients):
     return acc
 
 
-def _pow2(n):
-    """2**n for an integral float32 n in [-149, 128], as exponent bits."""
+def _pow2_bits(n):
+    """2**n for an int32 n in [-126, 127], as exponent bits."""
     from tvm import tirx
     lanes = _lanes(n)
-    bits = ((n.astype(_typed("int32", lanes)) + _f(127, lanes, "int32"))
-            << _f(23, lanes, "int32"))
-    return tirx.reinterpret(_typed("float32", lanes), bits)
+    return tirx.reinterpret(_typed("float32", lanes),
+                            (n + _f(127, lanes, "int32")) << _f(23, lanes, "int32"))
+
+
+# The clamp of exp's argument: past it the polynomial's result itself rounds to inf (2**128 times
+# at least e**0.27) or to +0 (below half the least subnormal), so no select is needed for either.
+_EXP_HI, _EXP_LO = 89.0, -104.0
 
 
 def exp32(x):
     from tvm import tirx
     lanes = _lanes(x)
-    hi, lo = _f(88.72283935546875, lanes), _f(-103.97207708, lanes)
-    xc = tirx.max(tirx.min(x, hi), lo)
+    xc = tirx.max(tirx.min(x, _f(_EXP_HI, lanes)), _f(_EXP_LO, lanes))
     n = tirx.floor(xc * _f(1.44269504088896341, lanes) + _f(0.5, lanes))
     r = xc - n * _f(0.693359375, lanes) - n * _f(-2.12194440e-4, lanes)
     p = _horner(r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                     1.6666665459e-1, 5.0000001201e-1])
     p = p * r * r + r + _f(1.0, lanes)
-    half = tirx.floor(n * _f(0.5, lanes))            # 2**n = 2**half * 2**(n - half), both normal
-    y = p * _pow2(half) * _pow2(n - half)
-    y = tirx.Select(x > hi, _f(float("inf"), lanes), y)
-    y = tirx.Select(x < lo, _f(0.0, lanes), y)
+    # 2**n = 2**half * 2**(n - half), both normal for n in [-151, 128]: one rounding, so that
+    # results in the subnormal range are right
+    ni = n.astype(_typed("int32", lanes))
+    half = ni >> _f(1, lanes, "int32")
+    y = p * _pow2_bits(half) * _pow2_bits(ni - half)
     return tirx.Select(tirx.isnan(x), x, y)
 
 
