@@ -194,9 +194,12 @@ def silu_grad(x, out, out_grad):
         s = 1.0 / (1.0 + exp(-x))
         return out_grad * conj(s * (1.0 + x * (1.0 - s)))
     s = _sigmoid(x)
-    one, zero = const(1.0, x), const(0.0, x)
-    d = where(tirx.isinf(x), where(x > zero, one, zero), s * (one + x * (one - s)))
-    return out_grad * d
+    one = const(1.0, x)
+    # x held finite: at ±inf the product x · (1 − s) would be inf · 0; at ±max it is 0 · max,
+    # and d the limits 1 and (−)0 (NaN still passes through s)
+    big = tirx.max_value(dtype_of(x))
+    xf = tirx.max(tirx.min(x, big), -big)
+    return out_grad * (s * (one + xf * (one - s)))
 
 
 @pointwise
