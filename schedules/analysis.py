@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm_ffi
-from tvm import tirx
+from tvm import ir, tirx
 
 __all__ = ["BlockInfo", "analyze", "top_blocks", "root_block", "annotations", "as_int",
            "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role",
-           "indexed_by"]
+           "indexed_by", "called_ops"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -134,6 +134,28 @@ def _bindings(sch, block):
     """(IterVar, bound value) pairs of a block, from its SBlockRealize."""
     realize = _get_realize(sch, block)
     return list(zip(realize.block.iter_vars, realize.iter_values))
+
+
+# the fields that hold sub-expressions, across TIR's expression and store nodes
+_OPERANDS = ("a", "b", "value", "args", "indices", "condition", "true_value", "false_value",
+             "body", "base")
+
+
+def called_ops(sch, block) -> set[str]:
+    """Names of the intrinsics (``tirx.exp``, ...) that a block's body calls: what its
+    arithmetic costs beyond loads, stores and plain operators."""
+    names, stack = set(), [sch.get(block).body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ir.Call) and isinstance(node.op, ir.Op):
+            names.add(node.op.name)
+        for field in _OPERANDS:
+            child = getattr(node, field, None)
+            if isinstance(child, (list, tuple, tvm_ffi.Array)):
+                stack.extend(child)
+            elif child is not None and not isinstance(child, (int, float, str)):
+                stack.append(child)
+    return names
 
 
 def _uses(expr, var) -> bool:

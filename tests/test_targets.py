@@ -178,3 +178,31 @@ def test_micro_kernels_follow_the_vector_unit():
         assert (mb, nb) == f32_tile
         # accumulators + one operand row + one broadcast stay within the registers
         assert mb * unit.vectors(nb, "float32") + unit.vectors(nb, "float32") + 1 <= unit.registers
+
+
+def _output_lanes(op, inputs, cpu) -> int:
+    """The vector length of the loop around ``op``'s output block ``ro_x_grad`` in its scheduled
+    TIR for ``llvm:<cpu>``."""
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    planned = plan_call(op, inputs, target=f"llvm:{cpu}")
+    script = lower(planned.plan, planned.target).script()
+    (lanes,) = re.findall(r"T\.vectorized\((?:T\.int\d+\()?(\d+)\)*:\s*"
+                          r"with T\.sblock\(\"ro_x_grad\"\)", script)
+    return int(lanes)
+
+
+def test_row_outputs_with_a_polynomial_step_several_vectors_on_a_narrow_unit():
+    """log_softmax_grad's output runs exp: four vectors a step on a 256-bit unit, one on a
+    512-bit one; layer_norm_grad's (no polynomial) one vector a step on both."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 256)).astype("float32")
+    softmax = {"out": x, "out_grad": x}
+    norm = {"x": x, "scale": x[0], "bias": x[0], "mean": x[:, 0], "variance": x[:, 0] ** 2,
+            "out_grad": x}
+    assert _output_lanes("log_softmax_grad", softmax, "x86-64-v3") == 32
+    assert _output_lanes("log_softmax_grad", softmax, "x86-64-v4") == 16
+    assert _output_lanes("log_softmax_grad", {k: v.astype("float64") for k, v in softmax.items()},
+                         "x86-64-v3") == 4          # float64's exp is libm's: one vector a step
+    assert _output_lanes("layer_norm_grad", norm, "x86-64-v3") == 8
+    assert _output_lanes("layer_norm_grad", norm, "x86-64-v4") == 16
