@@ -10,6 +10,8 @@ accumulation dtype (``acc_dtype``) that their results are cast back from.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import math
 
 from tvmgrad.dtypes import to_compute
 from tvmgrad.lazy import te, tirx
@@ -38,6 +40,37 @@ def region(buf):
     """The whole of ``buf`` as a BufferRegion (a block's declared read/write set)."""
     from tvm import ir
     return tirx.BufferRegion(buf, [ir.Range.from_min_extent(i64(0), i64(d)) for d in buf.shape])
+
+
+# The scope of a kernel body's scratch buffers (``scratch``), set per target by
+# tvmgrad.build.lower (``scratch_scope``): the CPU build keeps a small "global" buffer declared in
+# a body as a stack array (LLVM then holds it in registers), where a "local" one becomes a
+# TVMBackendAllocWorkspace/FreeWorkspace pair each time the body runs; CUDA allows no global
+# allocation in a kernel, and its "local" is registers.
+_SCRATCH = contextvars.ContextVar("tvmgrad_scratch_scope", default="local")
+STACK_BYTES = 1024      # the most TVM's LowerTVMBuiltin puts on the stack (kMaxStackAlloca)
+
+
+@contextlib.contextmanager
+def scratch_scope(target_kind: str):
+    """Kernel bodies built inside are for ``target_kind`` ("llvm", "cuda")."""
+    token = _SCRATCH.set("global" if target_kind == "llvm" else "local")
+    try:
+        yield
+    finally:
+        _SCRATCH.reset(token)
+
+
+def scratch(shape, dtype: str, align: int | None = None):
+    """A buffer private to one run of a block body (accumulators, a butterfly's registers): on
+    the stack on the CPU when its size is static and small, else "local"."""
+    from tvm.script.ir_builder import tirx as T
+    import tvm
+    static = all(isinstance(d, int) for d in shape)
+    nbytes = math.prod(shape) * tvm.DataType(dtype).bits // 8 if static else None
+    scope = _SCRATCH.get() if nbytes is not None and nbytes <= STACK_BYTES else "local"
+    return T.alloc_buffer(tuple(shape), dtype=dtype, scope=scope,
+                          **({"align": align} if align else {}))
 
 
 def proxy(buf):

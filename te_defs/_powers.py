@@ -31,7 +31,7 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.families.base import Arg, OpError, OpImpl, Plan, scalar_arg
 from tvmgrad.lazy import te, tirx
 
-from ._extern import extern, proxy
+from ._extern import extern, proxy, scratch
 
 __all__ = ["ipow", "int_powers", "IntPowers"]
 
@@ -63,7 +63,7 @@ def _emit_power(base, e):
     one = tirx.const(1, dtype)
 
     def local(value):
-        buf = proxy(T.alloc_buffer((1,), dtype=dtype, scope="local", align=8 if "64" in dtype else 4))
+        buf = proxy(scratch((1,), dtype, align=8 if "64" in dtype else 4))
         buf[0] = value
         return buf
 

@@ -10,7 +10,7 @@ import math
 
 from tvmgrad.lazy import tirx
 
-from ._extern import CW, acc_dtype, cast_to, extern, i64, proxy, scatter_body, tc, to_acc
+from ._extern import CW, acc_dtype, cast_to, extern, i64, proxy, scatter_body, scratch, tc, to_acc
 
 __all__ = ["two_forms", "scatter_along", "blocked_scan", "scan_host", "scan_scalars", "wrap", "div",
            "is_vector", "zeros_like", "T_"]
@@ -225,7 +225,7 @@ def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, 
         T = T_()
 
         def local(vals):
-            bufs = [T.alloc_buffer((1,), dtype=d, scope="local", align=8 if "64" in d else 4) for d in state]
+            bufs = [scratch((1,), d, align=8 if "64" in d else 4) for d in state]
             for b, v in zip(bufs, vals):
                 proxy(b)[0] = v
             return bufs

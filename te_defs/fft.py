@@ -39,7 +39,7 @@ from tvmgrad.families.complex import Complex
 from tvmgrad.families.fft import fft_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import units
+from ._extern import scratch, units
 
 __all__ = ["fft_c2c_grad", "fft_r2c_grad", "fft_c2r_grad"]
 
@@ -197,7 +197,7 @@ def _stages(T, W, e, n, TB, off, sign, real):
             m = tirx.shift_right(n, one)
             with T.serial(zero, m) as p:
                 w = root(p)
-                R = T.buffer_proxy(T.alloc_buffer((4, LANES), real, scope="local"))
+                R = T.buffer_proxy(scratch((4, LANES), real))
                 with T.vectorized(zero, lanes) as b:
                     for k in range(2):
                         R[2 * k, b] = W[0, p + m * k, 0, b]
@@ -220,7 +220,7 @@ def _stages(T, W, e, n, TB, off, sign, real):
             q = tirx.bitwise_and(j, s - one)
             ps = p * s
             w1, w2, w3 = root(ps), root(ps * two), root(ps * _i64(3))
-            R = T.buffer_proxy(T.alloc_buffer((8, LANES), real, scope="local"))
+            R = T.buffer_proxy(scratch((8, LANES), real))
             with T.vectorized(zero, lanes) as b:
                 for i in range(4):
                     R[2 * i, b] = W[par, q + s * (p + m * i), 0, b]
@@ -252,7 +252,7 @@ def _rows_in(T, W, rows, F, start, stride, scale, real) -> None:
     float view), one contiguous load split into its re and im lanes (a shuffle, not a gather)."""
     zero = _i64(0)
     with T.serial(zero, rows) as j:
-        R = T.buffer_proxy(T.alloc_buffer((2 * LANES,), real, scope="local"))
+        R = T.buffer_proxy(scratch((2 * LANES,), real))
         at = (start + j * stride) * _i64(2)
         with T.vectorized(zero, _i64(2 * LANES)) as f:
             R[f] = _scaled(F[at + f], scale)
@@ -283,7 +283,7 @@ def _rows_out(T, W, res, rows, F, start, stride, real) -> None:
     interleaved in registers, one contiguous store a row."""
     zero = _i64(0)
     with T.serial(zero, rows) as k:
-        R = T.buffer_proxy(T.alloc_buffer((2 * LANES,), real, scope="local"))
+        R = T.buffer_proxy(scratch((2 * LANES,), real))
         with T.vectorized(zero, _i64(LANES)) as b:
             R[b * _i64(2)] = W[res, k, 0, b]
             R[b * _i64(2) + _i64(1)] = W[res, k, 1, b]

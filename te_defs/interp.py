@@ -62,7 +62,7 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import acc_dtype, cast_to, extern, i64, proxy
+from ._extern import acc_dtype, cast_to, extern, i64, proxy, scratch
 from ._math import cast, const, f32, f64, mul_f32, where
 from ._plan import fail, host_array
 
@@ -466,7 +466,7 @@ def _bilinear_rows(body, ins, outs, dt, insp, when):
 
     def row(P, _S):
         n, c, i = (T.bind(p) for p in P)
-        sums = proxy(T.alloc_buffer((out_w,), dtype=adt, scope="local"))
+        sums = proxy(scratch((out_w,), adt))
         with T.serial(0, out_w) as o:
             sums[o] = const(0.0, adt)
         lo = T.bind(lo_h[i])
@@ -475,8 +475,7 @@ def _bilinear_rows(body, ins, outs, dt, insp, when):
             with T.serial(0, out_w) as o:
                 val = T.bind(cast(to_compute(G[n, c, lo + a, o], dt), adt))
                 sums[o] = sums[o] + (wa * val + wb * val)
-        acc = proxy(T.alloc_buffer((1,), dtype=adt, scope="local",
-                                   align=8 if adt == "float64" else 4))
+        acc = proxy(scratch((1,), adt, align=8 if adt == "float64" else 4))
         with T.serial(0, insp[1]) as j:
             acc[0] = const(0.0, adt)
             first = T.bind(lo_w[j])
@@ -526,7 +525,7 @@ def _interp_kernel(ctx, output_grad, insp):
                 n, sp, c = ids[0], ids[1:-1], ids[-1]
             else:
                 n, c, sp = ids[0], ids[1], ids[2:]
-            acc = proxy(T.alloc_buffer((1,), dtype=adt, scope="local", align=8 if adt == "float64" else 4))
+            acc = proxy(scratch((1,), adt, align=8 if adt == "float64" else 4))
             acc[0] = const(0.0, adt)
             los = [T.bind(tb[per * d][sp[d]]) for d in range(S)]
             cnts = [T.bind(tb[per * d + 1][sp[d]]) for d in range(S)]
@@ -856,16 +855,10 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
 
         def blk(Pv, _S):
             n, o = Pv[0], Pv[1]
-            if str(dt.storage) == cdt:
-                # the sums in the output itself (LLVM keeps them in registers): a local buffer
-                # here costs the CPU a workspace alloc/free pair per position (25 % of the op)
-                cells = [(O, (n, o, ax)) for ax in range(S)]
-            else:
-                cells = [(proxy(T.alloc_buffer((1,), dtype=cdt, scope="local",
-                                               align=8 if cdt == "float64" else 4)), (0,))
-                         for _ in range(S)]
-            for buf, at in cells:
-                buf[at] = zero
+            accs = [proxy(scratch((1,), cdt, align=8 if cdt == "float64" else 4))
+                    for _ in range(S)]
+            for a in accs:
+                a[0] = zero
             ids = {pick: T.bind(IDX[pick][n, o]) for pick in IDX}
             with T.serial(0, i64(C)) as k:
                 g = cast(to_compute(G[n, k, o], dt), cdt)
@@ -887,13 +880,11 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                         hi[ax], lo_[ax] = 1, 0
                         term = (v(tuple(hi)) - v(tuple(lo_))) * w
                         total = term if total is None else total + term
-                    buf, at = cells[ax]
-                    buf[at] = buf[at] + total * g
+                    accs[ax][0] = accs[ax][0] + total * g
             # a NaN coordinate reaches no corner: the whole point's grid_grad is NaN
             lost = tirx.any(*[tirx.isnan(to_compute(GRID[n, o, a], dt)) for a in range(S)])
             for ax in range(S):
-                buf, at = cells[ax]
-                O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), buf[at] * SC[ax][n, o]),
+                O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
                                    dt.storage)
 
         body.block("grid_grad", blk, par=[N, Q], reads=list(ins), writes=list(outs))

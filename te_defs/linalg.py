@@ -26,7 +26,7 @@ from tvmgrad.families.complex import Complex
 from tvmgrad.families.linalg import Core, linalg_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import CW, ceildiv, i64, units
+from ._extern import CW, ceildiv, i64, scratch, units
 
 __all__ = ["Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye", "zeros", "trsm", "lu",
            "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal", "lift_to", "select"]
@@ -378,7 +378,7 @@ class _Acc:
     def __init__(self, dtype: str, cplx: bool, size: int = 1):
         from tvm.script.ir_builder import tirx as T
         self.cplx = cplx
-        self.p = T.buffer_proxy(T.alloc_buffer((2 * size if cplx else size,), dtype, scope="local"))
+        self.p = T.buffer_proxy(scratch((2 * size if cplx else size,), dtype))
 
     def get(self, i=0):
         return Complex(self.p[2 * i], self.p[2 * i + 1]) if self.cplx else self.p[i]
@@ -519,7 +519,7 @@ def lu(a: Mx, name: str = "lu", iperm: bool = False) -> LU:
                 T.reads(A.region(*bt, (0, n), (0, n)))
                 T.writes(L.region(*bt, (0, n), (0, n)), *[o[(*bt, slice(0, n))] for o in outs[1:]])
                 best = _Acc(la.compute, False)
-                pidx = T.buffer_proxy(T.alloc_buffer((2,), "int64", scope="local"))
+                pidx = T.buffer_proxy(scratch((2,), "int64"))
                 tmp = _Acc(la.compute, cplx)
                 piv = _Acc(la.compute, cplx)
                 with _seq(n) as i:
@@ -924,7 +924,7 @@ def _pivot_iperm(ctx, piv_t, name: str, m):
                 pb = _bidx(bt, mask)
                 T.reads(ins[0][(*pb, slice(0, k))])
                 T.writes(outs[0][(*bt, slice(0, m_))], outs[1][(*bt, slice(0, m_))])
-                tmp = T.buffer_proxy(T.alloc_buffer((1,), "int64", scope="local"))
+                tmp = T.buffer_proxy(scratch((1,), "int64"))
                 with _seq(m_) as i:
                     pm[(*bt, i)] = i
                 with _seq(k) as i:

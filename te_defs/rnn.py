@@ -34,6 +34,8 @@ import numpy as np
 
 from tvmgrad.families import tensor_op
 
+from ._extern import scratch
+
 __all__ = ["cudnn_lstm_grad"]
 
 
@@ -342,8 +344,8 @@ def _forward_seq(proj, w_hh, b_ih, b_hh, h0, c0, seq_len, *, reverse, cdt, name)
                         *([ins_b[6][b]] if seq_len is not None else []))
                 T.writes(outs_b[0][0:nT, b, 0:4 * nH], outs_b[1][0:nT, b, 0:nH],
                          outs_b[2][0:nT, b, 0:nH], outs_b[3][0:nT, b, 0:nH])
-                acc = T.buffer_proxy(T.alloc_buffer((1,), cdt, scope="local"))
-                act = T.buffer_proxy(T.alloc_buffer((4,), cdt, scope="local"))
+                acc = T.buffer_proxy(scratch((1,), cdt))
+                act = T.buffer_proxy(scratch((4,), cdt))
                 with _seq(nT) as s:
                     t = _step(s, nT, reverse)
                     if reverse:       # the state before step t: after step t + 1, or the initial
@@ -429,7 +431,7 @@ def _backward_seq(gates, cells, c0, w_hh, dy, dhT, dcT, seq_len, *, reverse, cdt
                         ins_b[6][b, 0:nH], ins_b[7][0:nT, b, 0:nH],
                         *([ins_b[8][b]] if seq_len is not None else []))
                 T.writes(outs_b[0][0:nT, b, 0:4 * nH], outs_b[1][b, 0:nH], outs_b[2][b, 0:nH])
-                acc = T.buffer_proxy(T.alloc_buffer((2,), cdt, scope="local"))
+                acc = T.buffer_proxy(scratch((2,), cdt))
                 with _seq(nH) as j:
                     DH[b, j] = DHT[b, j]
                     DC[b, j] = DCT[b, j]

@@ -206,3 +206,26 @@ def test_row_outputs_with_a_polynomial_step_several_vectors_on_a_narrow_unit():
                          "x86-64-v3") == 4          # float64's exp is libm's: one vector a step
     assert _output_lanes("layer_norm_grad", norm, "x86-64-v3") == 8
     assert _output_lanes("layer_norm_grad", norm, "x86-64-v4") == 16
+
+
+def test_small_scratch_buffers_live_on_the_cpu_stack_and_in_cuda_registers():
+    """grid_sample_grad's per-position accumulators: a stack array for LLVM (a "local" one lowers
+    to a TVMBackendAllocWorkspace/FreeWorkspace pair per position), "local" for CUDA (which
+    allows no global allocation in a kernel)."""
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    rng = np.random.default_rng(0)
+    inputs = {"x": rng.standard_normal((1, 2, 4, 4)).astype("float32"),
+              "grid": rng.uniform(-1, 1, (1, 3, 3, 2)).astype("float32"),
+              "out_grad": rng.standard_normal((1, 2, 3, 3)).astype("float32")}
+    attrs = {"mode": "bilinear", "padding_mode": "zeros", "align_corners": False}
+
+    def scopes(target):
+        planned = plan_call("grid_sample_grad", inputs, attrs, target=target)
+        script = lower(planned.plan, planned.target).script()
+        allocs = re.findall(r"T\.alloc_\w+\(\(1,\)[^\n]*", script)
+        assert allocs
+        return {"local" if "alloc_local" in a or 'scope="local"' in a else "global" for a in allocs}
+
+    assert scopes("llvm") == {"global"}
+    assert scopes("cuda") == {"local"}

@@ -22,6 +22,12 @@ BUFFER_ALIGNMENT = {"llvm": "element"}
 
 def lower(plan: Plan, target: Resolved):
     """The scheduled IRModule of a plan for a target (a tuned trace, else the schedule rules)."""
+    from .te_defs._extern import scratch_scope
+    with scratch_scope(target.kind):
+        return _lower(plan, target)
+
+
+def _lower(plan: Plan, target: Resolved):
     from . import schedules
     if plan.trace is not None:
         from .tuned import apply_trace
