@@ -15,7 +15,7 @@ def _bench(*args):
 
 
 def test_bench_prints_one_row_per_op_with_ratios():
-    out = _bench("relu_grad", "atan2_grad:bcast", "--size", "65536", "--repeat", "3")
+    out = _bench("relu_grad", "atan2_grad:bcast", "--size", "65536", "--repeat", "3", "--rounds", "2")
     lines = out.splitlines()
     table = lines[lines.index(next(ln for ln in lines if ln.startswith("---"))) + 1:-1]
     rows = {line.split()[0]: line for line in table}
@@ -23,6 +23,21 @@ def test_bench_prints_one_row_per_op_with_ratios():
     assert "relu_grad" in rows and "atan2_grad" in rows, out
     assert "(broadcast)" in rows["atan2_grad"]
     assert "copy of the same bytes" in out and "x paddle" in out
+    assert "2 rounds in turn" in out
+
+
+def test_rounds_keep_the_best_time_and_the_median_of_medians():
+    from tvmgrad.bench import _merge_round
+    rounds = [{"best_ms": 3.0, "median_ms": 4.0, "roofline_gbs": 30.0},
+              {"missing": "its process failed"},
+              {"best_ms": 2.0, "median_ms": 5.0, "roofline_gbs": 20.0},
+              {"best_ms": 2.5, "median_ms": 9.0, "roofline_gbs": 35.0}]
+    kept = None
+    for r in rounds:
+        kept = _merge_round(kept, r)
+    assert (kept["best_ms"], kept["median_ms"], kept["roofline_gbs"]) == (2.0, 5.0, 35.0)
+    assert _merge_round({"missing": "x"}, rounds[0])["best_ms"] == 3.0
+    assert "missing" in _merge_round(None, {"missing": "no reference for this op"})
 
 
 @pytest.mark.slow
