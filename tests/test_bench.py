@@ -23,7 +23,7 @@ def test_bench_prints_one_row_per_op_with_ratios():
     assert "relu_grad" in rows and "atan2_grad" in rows, out
     assert "(broadcast)" in rows["atan2_grad"]
     assert "copy of the same bytes" in out and "x paddle" in out
-    assert "2 rounds in turn" in out
+    assert "taking turns op by op, 2 turns each" in out
 
 
 def test_rounds_keep_the_best_time_and_the_median_of_medians():
@@ -125,3 +125,17 @@ def test_bytes_count_only_the_inputs_the_kernel_reads():
     for op, inputs, attrs, want in cases:
         plan = planning.plan_call(op, inputs, attrs, target="llvm").plan
         assert _read_by_kernel(plan) == want, op
+
+
+def test_a_worker_killed_by_a_signal_costs_one_job_and_the_next_starts_afresh():
+    from tvmgrad.bench import _Worker
+    job = {"op": "relu_grad", "broadcast": False, "size": 4096, "dtype": "float32", "repeat": 2}
+    worker = _Worker("tvmgrad", 1)
+    try:
+        assert worker.measure(job)["best_ms"] > 0
+        worker.proc.kill()
+        lost = worker.measure(job)
+        assert lost["missing"].startswith("its process failed"), lost
+        assert worker.measure(job)["best_ms"] > 0
+    finally:
+        worker.close()

@@ -2,8 +2,10 @@
 roofline, in one run, as ratios (their time over ours: > 1 means tvmgrad is faster).
 
 Fair by construction:
-* each framework runs in its own process, one after another, with the same thread count
-  (``--threads``, default the cores this process may use): no thread pool spins against another;
+* each framework runs in its own process, with the same thread count (``--threads``, default
+  the cores this process may use), the processes taking turns op by op (``--rounds`` turns
+  each, best of all): no thread pool spins against another, and both sides of a ratio are timed
+  within seconds of each other (a shared VM's bandwidth drifts by tens of percent in minutes);
 * the same allocation policy on every side: every call allocates its outputs, and glibc is told
   to keep freed memory mapped (``MALLOC_MMAP_MAX_=0``, ``MALLOC_TRIM_THRESHOLD_``), so no side
   pays page faults the other does not;
@@ -174,12 +176,14 @@ def _measure(framework: str, job: dict) -> dict:
 
 
 def _worker(framework: str) -> int:
-    """``python -m tvmgrad.bench FRAMEWORK``: jobs (JSON) on stdin, one JSON result per line."""
+    """``python -m tvmgrad.bench FRAMEWORK``: one job (JSON) per stdin line, one JSON result line
+    back per job, until stdin closes."""
     threads = int(os.environ.get("TVM_NUM_THREADS", "1"))
     if framework == "torch" and _optional("torch") is not None:
         import torch
         torch.set_num_threads(threads)
-    for job in json.loads(sys.stdin.read()):
+    for line in sys.stdin:
+        job = json.loads(line)
         try:
             result = _measure(framework, job)
         except Exception as exc:  # noqa: BLE001 - one failing reference must not end the table
@@ -215,27 +219,64 @@ def same_isa_caps() -> dict:
     return {}
 
 
-def _run_worker(framework: str, jobs: list, threads: int) -> dict:
-    env = _environment(threads)
-    if framework != "tvmgrad":
-        env.update(same_isa_caps())
-    proc = subprocess.run([sys.executable, "-m", "tvmgrad.bench", framework], input=json.dumps(jobs),
-                          capture_output=True, text=True, env=env)
-    results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            r = json.loads(line)
-            results[(r["op"], r["broadcast"])] = r
-    if proc.returncode and not results:
-        tail = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-        why = f"its process failed: {tail[0][:200]}"
-        return {(j["op"], j["broadcast"]): {"missing": why} for j in jobs}
-    return results
+# Seconds between two frameworks' turns: an idle thread pool spins a while after its last call
+# (libgomp, TVM's pool) before it sleeps; the next side's timing must not share the cores with it.
+SETTLE_S = 0.2
+
+
+class _Worker:
+    """One framework's measuring process, kept for the whole run and given one job at a time, so
+    the frameworks take turns op by op. A process that dies (a signal, a crash in a binding)
+    costs its current job only: its stdout closes, the job reads as missing with the last line
+    of its stderr, and the next job starts a fresh process."""
+
+    def __init__(self, framework: str, threads: int):
+        self.framework, self.threads = framework, threads
+        self.proc = None
+        self.stderr = None
+
+    def _start(self):
+        import tempfile
+        env = _environment(self.threads)
+        if self.framework != "tvmgrad":
+            env.update(same_isa_caps())
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tvmgrad.bench", self.framework],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, text=True, env=env)
+
+    def measure(self, job: dict) -> dict:
+        if self.proc is None:
+            self._start()
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            for line in self.proc.stdout:            # libraries may print lines of their own
+                if line.startswith("{"):
+                    return json.loads(line)
+        except BrokenPipeError:
+            pass
+        return {"missing": f"its process failed: {self._failure()}"}
+
+    def _failure(self) -> str:
+        code = self.proc.wait()
+        self.stderr.seek(0)
+        tail = self.stderr.read().strip().splitlines()[-1:] or [f"exit code {code}"]
+        self.stderr.close()
+        self.proc = None
+        return tail[0][:200]
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.stderr.close()
+            self.proc = None
 
 
 def _merge_round(kept: dict | None, new: dict) -> dict:
-    """One op's measurement over rounds: the best time of any round with the median of the round
-    medians (the roofline: the fastest copy seen); a round that failed counts for nothing."""
+    """One op's measurement over turns: the best time of any turn with the median of the turns'
+    medians (the roofline: the fastest copy seen); a turn that failed counts for nothing."""
     if kept is None or "missing" in kept:
         return {**new, "medians": [new["median_ms"]]} if "best_ms" in new else new
     if "missing" in new:
@@ -251,8 +292,9 @@ def _merge_round(kept: dict | None, new: dict) -> dict:
 def run_suite(specs, *, size: int, dtype: str, repeat: int, threads: int,
               rounds: int = 1) -> list[dict]:
     """One row per ``op[:bcast]`` spec: every framework timed in its own process, the processes
-    taking turns ``rounds`` times (a shared VM's memory bandwidth drifts by tens of percent
-    between minutes: one process per framework would time each side in a different minute)."""
+    taking turns op by op, ``rounds`` turns each (a shared VM's memory bandwidth drifts by tens
+    of percent between minutes: timing one framework's whole list after the other's would time
+    the two sides in different minutes)."""
     if rounds < 1:
         raise ValueError(f"bench: rounds must be at least 1, got {rounds}")
     jobs = []
@@ -261,11 +303,21 @@ def run_suite(specs, *, size: int, dtype: str, repeat: int, threads: int,
         registry.get(op)                                  # unknown op -> ValueError now
         jobs.append({"op": op, "broadcast": variant in ("bcast", "broadcast"), "size": size,
                      "dtype": dtype, "repeat": repeat})
+    import time
     measured = {fw: {} for fw in FRAMEWORKS}
-    for _ in range(rounds):
-        for fw in FRAMEWORKS:
-            for key, result in _run_worker(fw, jobs, threads).items():
-                measured[fw][key] = _merge_round(measured[fw].get(key), result)
+    workers = [_Worker(fw, threads) for fw in FRAMEWORKS]
+    try:
+        for job in jobs:
+            key = (job["op"], job["broadcast"])
+            for _ in range(rounds):
+                for worker in workers:
+                    result = worker.measure(job)
+                    measured[worker.framework][key] = _merge_round(
+                        measured[worker.framework].get(key), result)
+                    time.sleep(SETTLE_S)
+    finally:
+        for worker in workers:
+            worker.close()
     rows = []
     for job in jobs:
         key = (job["op"], job["broadcast"])
@@ -306,9 +358,11 @@ def main(args) -> int:
                           "reference_isa_caps": same_isa_caps(),
                           "missing": sorted(missing), "rows": rows}, indent=1, default=str))
         return 0
-    turns = f", {rounds} rounds in turn (best of all, median of the round medians)" if rounds > 1 else ""
-    print(f"{args.dtype}, {threads} threads per framework, each in its own process{turns}; allocator "
-          f"keeps freed memory; roof = a {threads}-thread copy of the same bytes")
+    turns = (f"{rounds} turns each (best of all, median of the turns' medians)" if rounds > 1
+             else "one turn each")
+    print(f"{args.dtype}, {threads} threads per framework, each in its own process, taking turns op "
+          f"by op, {turns}; allocator keeps freed memory; roof = a {threads}-thread copy of the same "
+          f"bytes")
     caps = same_isa_caps()
     if caps:
         print("torch and paddle held to the target's ISA: " + " ".join(f"{k}={v}" for k, v in caps.items()))

@@ -378,7 +378,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="dtype of the inputs (default float32)")
     p.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (best and median)")
     p.add_argument("--rounds", type=int, default=1,
-                   help="times each framework's process runs, taking turns (default 1; more on a "
+                   help="turns each framework takes at each op, in turn (default 1; more on a "
                         "machine whose bandwidth drifts)")
     p.set_defaults(func=_cmd_bench)
 
