@@ -139,3 +139,11 @@ def test_a_worker_killed_by_a_signal_costs_one_job_and_the_next_starts_afresh():
         assert worker.measure(job)["best_ms"] > 0
     finally:
         worker.close()
+
+
+def test_a_kernel_and_its_roofline_take_turns_call_by_call():
+    from tvmgrad.workloads import taking_turns
+    calls = []
+    timings = taking_turns([lambda: calls.append("kernel"), lambda: calls.append("copy")], 3)
+    assert calls == ["kernel"] * 2 + ["copy"] * 2 + ["kernel", "copy"] * 3
+    assert len(timings) == 2 and all(best <= median for best, median in timings)

@@ -12,7 +12,8 @@ Fair by construction:
 * the same vector ISA: when the target has AVX2 but not AVX-512 (``$TVMGRAD_CPU=x86-64-v3`` on
   an AVX-512 host), PyTorch's and Paddle's kernels are held to AVX2 too (``same_isa_caps``);
 * the roofline is a parallel copy of the same bytes on the same threads (a TVM kernel built for
-  the kernels' target, on aligned arrays), not a single-thread numpy copy;
+  the kernels' target, on aligned arrays), not a single-thread numpy copy, its calls taking
+  turns with the kernel's (both see the same moments of a drifting memory bandwidth);
 * times are the best and the median of ``--repeat`` calls after two warm-up calls; bytes are every
   input the kernel reads (silu_grad is passed ``out`` and never reads it) plus every output
   written.
@@ -33,7 +34,7 @@ import sys
 import numpy as np
 
 from . import registry
-from .workloads import best_and_median, copy_roofline, make_inputs
+from .workloads import best_and_median, copy_kernel, make_inputs, taking_turns
 
 __all__ = ["main", "SUITE", "run_suite", "same_isa_caps"]
 
@@ -157,11 +158,12 @@ def _measure(framework: str, job: dict) -> dict:
         read = _read_by_kernel(launch.plan) if launch.plan.make is not None else set(inputs)
         nbytes = (sum(_nbytes(v) for k, v in inputs.items() if k in read)
                   + sum(_nbytes(v) for v in result.values()))
-        best, median = best_and_median(launch, repeat)
+        copy, moved = copy_kernel(nbytes)
+        (best, median), (copy_best, _) = taking_turns([launch, copy], repeat)
         from .benchrefs import flop_counts
         count = flop_counts().get(op)
         return {"best_ms": best * 1e3, "median_ms": median * 1e3, "bytes": nbytes,
-                "roofline_gbs": copy_roofline(nbytes, repeat),
+                "roofline_gbs": moved / copy_best / 1e9,
                 "flops": count(inputs, attrs) if count else None}
     make = _torch_fn if framework == "torch" else _paddle_fn
     if framework == "paddle" and (op, bcast) in PADDLE_CRASHES:

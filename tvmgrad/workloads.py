@@ -54,21 +54,31 @@ def _second_broadcast_input(op):
 
 def best_and_median(fn, repeat: int) -> tuple[float, float]:
     """(best, median) seconds of ``repeat`` calls after two warm-up calls."""
-    fn()
-    fn()
-    times = []
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
+    return taking_turns([fn], repeat)[0]
+
+
+def taking_turns(fns, repeat: int) -> list[tuple[float, float]]:
+    """(best, median) seconds of ``repeat`` calls of each of ``fns`` (after two warm-up calls
+    each), the calls taking turns: on a machine whose memory bandwidth drifts from second to
+    second (a shared VM), a kernel and its roofline are timed in the same moments."""
+    for fn in fns:
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), float(np.median(times))
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(max(1, repeat)):
+        for fn, spent in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            spent.append(time.perf_counter() - t0)
+    return [(min(t), float(np.median(t))) for t in times]
 
 
-def copy_roofline(nbytes: int, repeat: int) -> float:
-    """GB/s of a parallel copy (all TVM threads, vectorised) of nbytes/2 into nbytes/2: what
-    moving the same bytes costs at best on this machine. Built for the target the kernels are
-    (``"llvm"``: the host, or $TVMGRAD_CPU) on aligned arrays, as they run: a roof of baseline
-    x86-64 code (16-byte SSE moves) would sit below what the kernels reach."""
+def copy_kernel(nbytes: int):
+    """(a call, the bytes it moves): a parallel copy (all TVM threads, vectorised) of nbytes/2
+    into nbytes/2, what moving the same bytes costs at best on this machine. Built for the
+    target the kernels are (``"llvm"``: the host, or $TVMGRAD_CPU) on aligned arrays, as they
+    run: a roof of baseline x86-64 code (16-byte SSE moves) would sit below what the kernels
+    reach."""
     import tvm
     from tvm import s_tir, te
 
@@ -85,5 +95,11 @@ def copy_roofline(nbytes: int, repeat: int) -> float:
     kernel = tvm.compile(sch.mod, target=resolve("llvm").target)["copy"]
     src, dst = aligned_empty((half,), np.float32), aligned_empty((half,), np.float32)
     src[:] = np.random.default_rng(0).random(half, dtype=np.float32)
-    best, _ = best_and_median(lambda: kernel(src, dst), repeat)
-    return 2 * src.nbytes / best / 1e9
+    return (lambda: kernel(src, dst)), 2 * src.nbytes
+
+
+def copy_roofline(nbytes: int, repeat: int) -> float:
+    """GB/s of ``copy_kernel(nbytes)``, best of ``repeat`` calls."""
+    copy, moved = copy_kernel(nbytes)
+    best, _ = best_and_median(copy, repeat)
+    return moved / best / 1e9
