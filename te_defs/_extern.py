@@ -61,16 +61,18 @@ def scratch_scope(target_kind: str):
         _SCRATCH.reset(token)
 
 
-def scratch(shape, dtype: str, align: int | None = None):
+def scratch(shape, dtype: str, word_aligned: bool = False):
     """A buffer private to one run of a block body (accumulators, a butterfly's registers): on
-    the stack on the CPU when its size is static and small, else "local"."""
+    the stack on the CPU when its size is static and small, else "local". ``word_aligned``:
+    aligned to 8 bytes for a 64-bit dtype, else 4 (the scalar accumulators)."""
     from tvm.script.ir_builder import tirx as T
     import tvm
+    bits = tvm.DataType(dtype).bits
     static = all(isinstance(d, int) for d in shape)
-    nbytes = math.prod(shape) * tvm.DataType(dtype).bits // 8 if static else None
+    nbytes = math.prod(shape) * bits // 8 if static else None
     scope = _SCRATCH.get() if nbytes is not None and nbytes <= STACK_BYTES else "local"
     return T.alloc_buffer(tuple(shape), dtype=dtype, scope=scope,
-                          **({"align": align} if align else {}))
+                          **({"align": 8 if bits == 64 else 4} if word_aligned else {}))
 
 
 def proxy(buf):

@@ -63,7 +63,7 @@ def _emit_power(base, e):
     one = tirx.const(1, dtype)
 
     def local(value):
-        buf = proxy(scratch((1,), dtype, align=8 if "64" in dtype else 4))
+        buf = proxy(scratch((1,), dtype, word_aligned=True))
         buf[0] = value
         return buf
 

@@ -225,7 +225,7 @@ def blocked_scan(ctx, name, n, cols, inputs, outputs, state, identity, combine, 
         T = T_()
 
         def local(vals):
-            bufs = [scratch((1,), d, align=8 if "64" in d else 4) for d in state]
+            bufs = [scratch((1,), d, word_aligned=True) for d in state]
             for b, v in zip(bufs, vals):
                 proxy(b)[0] = v
             return bufs

@@ -475,7 +475,7 @@ def _bilinear_rows(body, ins, outs, dt, insp, when):
             with T.serial(0, out_w) as o:
                 val = T.bind(cast(to_compute(G[n, c, lo + a, o], dt), adt))
                 sums[o] = sums[o] + (wa * val + wb * val)
-        acc = proxy(scratch((1,), adt, align=8 if adt == "float64" else 4))
+        acc = proxy(scratch((1,), adt, word_aligned=True))
         with T.serial(0, insp[1]) as j:
             acc[0] = const(0.0, adt)
             first = T.bind(lo_w[j])
@@ -525,7 +525,7 @@ def _interp_kernel(ctx, output_grad, insp):
                 n, sp, c = ids[0], ids[1:-1], ids[-1]
             else:
                 n, c, sp = ids[0], ids[1], ids[2:]
-            acc = proxy(scratch((1,), adt, align=8 if adt == "float64" else 4))
+            acc = proxy(scratch((1,), adt, word_aligned=True))
             acc[0] = const(0.0, adt)
             los = [T.bind(tb[per * d][sp[d]]) for d in range(S)]
             cnts = [T.bind(tb[per * d + 1][sp[d]]) for d in range(S)]
@@ -855,7 +855,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
 
         def blk(Pv, _S):
             n, o = Pv[0], Pv[1]
-            accs = [proxy(scratch((1,), cdt, align=8 if cdt == "float64" else 4))
+            accs = [proxy(scratch((1,), cdt, word_aligned=True))
                     for _ in range(S)]
             for a in accs:
                 a[0] = zero
