@@ -30,6 +30,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
 
 import numpy as np
 
@@ -240,7 +242,6 @@ class _Worker:
         self.stderr = None
 
     def _start(self):
-        import tempfile
         env = _environment(self.threads)
         if self.framework != "tvmgrad":
             env.update(same_isa_caps())
@@ -307,7 +308,6 @@ def run_suite(specs, *, size: int, dtype: str, repeat: int, threads: int,
         registry.get(op)                                  # unknown op -> ValueError now
         jobs.append({"op": op, "broadcast": variant in ("bcast", "broadcast"), "size": size,
                      "dtype": dtype, "repeat": repeat})
-    import time
     measured = {fw: {} for fw in FRAMEWORKS}
     workers = [_Worker(fw, threads) for fw in FRAMEWORKS]
     try:
