@@ -11,6 +11,7 @@ import pytest
 
 import tvmgrad
 from tvmgrad import hostcpu, targets
+from tvmgrad.examples import sample
 
 tvm = pytest.importorskip("tvm")
 from tvm.target import codegen  # noqa: E402
@@ -229,3 +230,22 @@ def test_small_scratch_buffers_live_on_the_cpu_stack_and_in_cuda_registers():
 
     assert scopes("llvm") == {"global"}
     assert scopes("cuda") == {"local"}
+
+
+@X86
+@pytest.mark.parametrize("op,width", [("depthwise_conv2d_grad", 50), ("conv2d_grad", 5)])
+def test_cropped_dense_outputs_store_without_avx2_masks(op, width):
+    """A contraction's epilogue crops its padded tile into the output with a loop bounded by the
+    crop: plain vector stores and a scalar tail, never AVX2's slow ``vmaskmovps`` stores (the
+    output rows are ``width`` wide: padded to a grain of 64 and of 8)."""
+    from tvmgrad.build import compile_plan
+    from tvmgrad.planning import plan_call
+    inputs, attrs = sample(op)
+    rng = np.random.default_rng(0)
+    for name in ("input", "out_grad"):
+        n, c, h, _ = inputs[name].shape
+        inputs[name] = rng.standard_normal((n, c, h, width)).astype(inputs["filter"].dtype)
+    planned = plan_call(op, inputs, attrs, target="llvm:x86-64-v3")
+    asm = compile_plan(planned.plan, planned.target).mod.inspect_source("asm")
+    assert "ymm" in asm
+    assert not re.findall(r"vmaskmovp[sd]\s+%[xy]mm\d+,\s*%[xy]mm\d+,\s*-?\w*\(", asm)

@@ -19,7 +19,8 @@ so a micro-kernel step is mb broadcasts, nb/lanes vector loads and mb·nb/lanes 
 accumulators that stay in registers (the tile's buffer laid out [.., M, N]). Sources marked
 ``root`` are packed the way the micro-kernel streams them (``_pack_sources``: panel, reduced
 dims, lanes) and copied in parallel, zero padding filled apart from an unguarded copy of the
-in-bounds part. A contraction whose rows share no operand (a depthwise data grad: each M row,
+in-bounds part; the epilogue's cropped stores are bounded by their loop (_cropped_stores.py).
+A contraction whose rows share no operand (a depthwise data grad: each M row,
 a channel, reads its own plane) runs one row of up to 64 lanes at a time instead
 (``_row_contraction``). Every other block (reductions over partial results, elementwise
 stages) gets the generic CPU rules. It fits a function with ``dense.main`` blocks
@@ -35,6 +36,7 @@ from ..fits import contraction
 from ..loops import each_nest, keep_in_registers
 from ..schedule_rule import ScheduleRule
 from ._isa import VectorUnit, vector_unit
+from ._cropped_stores import bound_cropped_stores
 from ._parallel import parallel, spatial
 
 __all__ = ["schedule", "micro_kernel", "RULE"]
@@ -55,7 +57,9 @@ def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
 
 def schedule(sch, target):
     unit = vector_unit(target)
+    epilogues = []
     for block, _ in by_role(sch, "dense.main"):
+        epilogues.append(epilogue(sch, block))
         _contraction(sch, block, unit)
     for info in each_nest(sch, top_blocks(sch)):
         if is_scheduled(sch, info.loops):
@@ -67,7 +71,7 @@ def schedule(sch, target):
             _source(sch, info, as_int(ann.get("dense.par", len(info.loops) - 1)))
         else:
             spatial(sch, info.loops)
-    return sch.mod
+    return bound_cropped_stores(sch, [b for b in epilogues if b is not None], unit.lanes)
 
 
 def _contraction(sch, block, unit: VectorUnit) -> None:
