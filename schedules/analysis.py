@@ -9,7 +9,7 @@ from tvm import ir, tirx
 
 __all__ = ["BlockInfo", "analyze", "top_blocks", "root_block", "annotations", "as_int",
            "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role",
-           "indexed_by", "called_ops"]
+           "indexed_by", "called_ops", "uses"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -116,7 +116,7 @@ def analyze(sch, block) -> BlockInfo:
         var = sch.get(lp).loop_var
         kind = "O"
         for iv, value in bindings:
-            if _uses(value, var):
+            if uses(value, var):
                 kind = _KIND.get(int(iv.iter_type), "O")
                 break
         kinds.append(kind)
@@ -158,13 +158,14 @@ def called_ops(sch, block) -> set[str]:
     return names
 
 
-def _uses(expr, var) -> bool:
+def uses(expr, var) -> bool:
+    """Does ``var`` appear in ``expr``?"""
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def indexed_by(region, var) -> bool:
     """Does ``var`` (e.g. a block iter var) appear in a buffer region's indices?"""
-    return any(_uses(r.min, var) for r in region.region)
+    return any(uses(r.min, var) for r in region.region)
 
 
 def _last_index_uses(blk, reduce_vars) -> bool:
@@ -174,4 +175,4 @@ def _last_index_uses(blk, reduce_vars) -> bool:
         return False
     best = max(regions, key=lambda r: len(r.region))
     last = best.region[-1].min
-    return any(_uses(last, v) for v in reduce_vars)
+    return any(uses(last, v) for v in reduce_vars)

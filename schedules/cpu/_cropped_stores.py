@@ -17,6 +17,8 @@ from tvm import ir, tirx
 from tvm.s_tir import SBlockRealize
 from tvm.sym import Analyzer, ProofStrength
 
+from ..analysis import uses
+
 __all__ = ["bound_cropped_stores"]
 
 
@@ -59,13 +61,13 @@ def _bounded(loops, shape_vars, vector: int):
             if not isinstance(term, tirx.LT):
                 continue
             base = analyzer.simplify(term.a - var)
-            if _uses(base, var) or _uses(term.b, var):
+            if uses(base, var) or uses(term.b, var):
                 continue
             extent = analyzer.simplify(tirx.max(tirx.min(loop.extent, term.b - base), 0))
             analyzer.bind(var, ir.Range.from_min_extent(loop.min, extent))
             rest = [analyzer.simplify(t) for t in terms[:k] + terms[k + 1:]
                     if not _holds(analyzer, t)]
-            if any(_uses(t, var) for t in rest):
+            if any(uses(t, var) for t in rest):
                 return None
             body = SBlockRealize(realize.iter_values, _conjunction(rest), realize.block)
             return tirx.For(var, loop.min, extent, loop.kind, body, loop.thread_binding,
@@ -128,7 +130,3 @@ def _conjunction(terms):
     for term in terms[1:]:
         out = tirx.And(out, term)
     return out
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
-                        top_blocks)
+                        top_blocks, uses)
 from ..fits import contraction
 from ..loops import each_nest, keep_in_registers
 from ..schedule_rule import ScheduleRule
@@ -111,7 +111,7 @@ def _rows_share_operand(sch, block, m_ax: int, n_ax: int) -> bool:
     m_var, n_var = spatial[m_ax], spatial[n_ax]
     for region in blk.reads:
         index = [r.min for r in region.region]
-        if any(_uses_var(i, n_var) for i in index) and not any(_uses_var(i, m_var) for i in index):
+        if any(uses(i, n_var) for i in index) and not any(uses(i, m_var) for i in index):
             return True
     return False
 
@@ -189,7 +189,7 @@ def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
         index = [r.min for r in region.region]
         if any(not analyzer.can_prove_equal(r.extent, 1) for r in region.region):
             continue
-        vector = any(_uses_var(i, n_var) for i in index)
+        vector = any(uses(i, n_var) for i in index)
         want, lanes = (n_var, nb) if vector else (m_var, mb)
         tiled = [d for d, i in enumerate(index) if isinstance(i, tirx.Var) and i.same_as(want)]
         if len(tiled) != 1:
@@ -197,7 +197,7 @@ def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
         (t,) = tiled
         if lanes == 1 or not analyzer.can_prove_equal(tirx.floormod(buf.shape[t], lanes), 0):
             continue
-        walked = [d for d, i in enumerate(index) if d != t and any(_uses_var(i, r) for r in reduced)]
+        walked = [d for d, i in enumerate(index) if d != t and any(uses(i, r) for r in reduced)]
         kept = [d for d in range(len(index)) if d != t and d not in walked]
         if not walked:
             continue
@@ -257,11 +257,6 @@ def _packing(ndim: int, t: int, lanes: int, kept: list, walked: list, dtype: str
         return [*(i[d] for d in kept), tirx.floordiv(i[t], lanes), *(i[d] for d in walked),
                 tirx.floormod(i[t], lanes)]
     return tirx.IndexMap.from_func(packed, ndim=ndim, index_dtype=str(dtype))
-
-
-def _uses_var(expr, var) -> bool:
-    from tvm import tirx
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def _source(sch, info, limit) -> None:
