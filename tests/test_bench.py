@@ -27,17 +27,17 @@ def test_bench_prints_one_row_per_op_with_ratios():
 
 
 def test_rounds_keep_the_best_time_and_the_median_of_medians():
-    from tvmgrad.bench import _merge_round
+    from tvmgrad.bench import _merge_turn
     rounds = [{"best_ms": 3.0, "median_ms": 4.0, "roofline_gbs": 30.0},
               {"missing": "its process failed"},
               {"best_ms": 2.0, "median_ms": 5.0, "roofline_gbs": 20.0},
               {"best_ms": 2.5, "median_ms": 9.0, "roofline_gbs": 35.0}]
     kept = None
     for r in rounds:
-        kept = _merge_round(kept, r)
+        kept = _merge_turn(kept, r)
     assert (kept["best_ms"], kept["median_ms"], kept["roofline_gbs"]) == (2.0, 5.0, 35.0)
-    assert _merge_round({"missing": "x"}, rounds[0])["best_ms"] == 3.0
-    assert "missing" in _merge_round(None, {"missing": "no reference for this op"})
+    assert _merge_turn({"missing": "x"}, rounds[0])["best_ms"] == 3.0
+    assert "missing" in _merge_turn(None, {"missing": "no reference for this op"})
 
 
 @pytest.mark.slow

@@ -279,7 +279,7 @@ class _Worker:
             self.proc = None
 
 
-def _merge_round(kept: dict | None, new: dict) -> dict:
+def _merge_turn(kept: dict | None, new: dict) -> dict:
     """One op's measurement over turns: the best time of any turn with the median of the turns'
     medians (the roofline: the fastest copy seen); a turn that failed counts for nothing."""
     if kept is None or "missing" in kept:
@@ -316,7 +316,7 @@ def run_suite(specs, *, size: int, dtype: str, repeat: int, threads: int,
             for _ in range(rounds):
                 for worker in workers:
                     result = worker.measure(job)
-                    measured[worker.framework][key] = _merge_round(
+                    measured[worker.framework][key] = _merge_turn(
                         measured[worker.framework].get(key), result)
                     time.sleep(SETTLE_S)
     finally:
