@@ -24,7 +24,7 @@ __all__ = ["bound_cropped_stores"]
 
 def bound_cropped_stores(sch, blocks, lanes):
     """``sch.mod`` with the innermost loop of each of ``blocks`` bounded by its crop: a serial
-    loop of a constant extent above one vector (``lanes(dtype)`` of the block's output) whose
+    loop from 0 of a constant extent above one vector (``lanes(dtype)`` of the block's output) whose
     block predicate has a conjunct ``base + loop_var < bound`` (base, bound free of the loop
     var) runs to ``max(0, min(extent, bound - base))``, that conjunct dropped, when what remains
     of the predicate is then free of the loop var (a test left per element would be vectorised
@@ -52,7 +52,8 @@ def _bounded(loops, shape_vars, vector: int):
     *outer, loop = loops
     realize = loop.body
     if (loop.kind != tirx.ForKind.SERIAL or not isinstance(loop.extent, tirx.IntImm)
-            or loop.extent.value <= vector or not isinstance(realize, SBlockRealize)):
+            or loop.extent.value <= vector or not _is_zero(loop.min)
+            or not isinstance(realize, SBlockRealize)):
         return None
     var = loop.loop_var
     with _inside(outer, shape_vars) as analyzer:
@@ -109,6 +110,10 @@ def _shape_vars(func) -> list:
                 if isinstance(dim, tirx.Var) and not any(dim.same_as(v) for v in out):
                     out.append(dim)
     return out
+
+
+def _is_zero(expr) -> bool:
+    return isinstance(expr, tirx.IntImm) and expr.value == 0
 
 
 def _factors(expr) -> list:
