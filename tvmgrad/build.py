@@ -1,4 +1,5 @@
-"""Plan -> scheduled IRModule -> compiled TVM module. Knows no op semantics."""
+"""Plan -> scheduled IRModule -> compiled TVM module (a streamed CPU plan's stores then made
+non-temporal: tvmgrad/streaming.py). Knows no op semantics."""
 
 from __future__ import annotations
 
@@ -97,7 +98,14 @@ def compile_plans(plans: list[Plan], target: Resolved):
     for plan in plans:
         if plan.symbol not in funcs:
             funcs[plan.symbol] = lower(plan, target)["main"]
-    return compile_lowered(funcs, target)
+    streams = {p.symbol for p in plans if p.stream}
+    if not streams or target.kind != "llvm":
+        return compile_lowered(funcs, target)
+    if len(funcs) > 1:
+        raise ValueError(f"streamed kernels {sorted(streams)} are compiled each on its own (their "
+                         f"IR is rewritten whole), not with {sorted(set(funcs) - streams)}")
+    from .streaming import recompile
+    return recompile(compile_lowered(funcs, target).mod)
 
 
 def compile_lowered(funcs: dict, target: Resolved):

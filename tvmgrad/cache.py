@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 from filelock import FileLock
 
-from . import tuned
+from . import streaming, tuned
 from .build import compile_plan
 from .cachedir import cache_dir
-from .sources import source_digest
+from .sources import file_digest, source_digest
 from .families.base import Plan
 from .targets import Resolved
 
@@ -119,8 +119,9 @@ class KernelCache:
         import tvm
         sources = source_digest(impl, target.kind, plan.pattern)
         if plan.trace is not None:                  # a tuned plan: scheduled by replaying its trace
-            from .sources import file_digest
             sources += file_digest(tuned.__file__)
+        if plan.stream:                              # its stores rewritten by streaming.py
+            sources += file_digest(streaming.__file__)
         ident = repr((plan.key, target.key, tvm.__version__, sources))
         digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
         tslug = _slug(target.kind + ("_" + target.arch if target.arch else ""))

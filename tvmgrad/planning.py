@@ -1,5 +1,6 @@
 """One path from a call to its kernel plan: bind -> InferMeta -> the family's planner -> the
-tuned variant where a tuning database has a record.
+tuned variant where a tuning database has a record -> on a CPU target, the streamed variant of a
+large enough kernel that can stream its stores (tvmgrad/streaming.py).
 
 Every user plans a call here (``run``/``prepare`` and launches given new shapes, AOT libraries,
 GPU bundles, Relax's ``emit``, tuning), so each gets the same checks, the same errors (each names
@@ -16,6 +17,7 @@ import numpy as np
 from . import registry, rt
 from .call import BoundCall, bind
 from .families.base import Plan
+from .streaming import streamed
 from .targets import Resolved, resolve
 
 __all__ = ["PlannedCall", "plan_call", "calls_planned"]
@@ -77,6 +79,8 @@ def plan_call(op, inputs: dict | None, attrs: dict | None = None, *, target=None
     if target is not None:
         planned.target = resolve(target)
         planned.plan = planned.tuned_for(planned.target, db)
+        if planned.target.kind == "llvm":
+            planned.plan = streamed(planned.plan)
     return planned
 
 

@@ -784,9 +784,10 @@ class Launch:
                             target=self.target if isinstance(self.target, Resolved) else None,
                             **self.call.options)
         call, plan, outs, data_free = planned.call, planned.plan, planned.outputs, planned.data_free
-        if plan.key != self.plan.key:
-            raise ValueError(f"{spec.name}: these inputs need kernel variant {plan.key}, not this "
-                             f"launch's {self.plan.key}: prepare a new launch for them")
+        if plan.variant_key != self.plan.variant_key:
+            raise ValueError(f"{spec.name}: these inputs need kernel variant {plan.variant_key}, "
+                             f"not this launch's {self.plan.variant_key}: prepare a new launch "
+                             f"for them")
         new = _Bound(spec, _stripped(plan), outs, self.target, self.function, call.options,
                      call.tensors, self.alignment, data_free)
         if data_free and sig is not None:

@@ -81,6 +81,22 @@ class Plan:
     # a tuned variant: the key of the plan its family made, which the tuning record is filed
     # under (set by ``planning`` when a record replaces the plan); None for that plan itself
     tuned_from: tuple | None = None
+    # a candidate for streaming stores (tvmgrad/streaming.py): the bytes of output of a kernel
+    # that writes each output element once by contiguous vector stores and stores nothing else
+    # in its body; None for every other kernel
+    stream_bytes: int | None = None
+    # its outputs are written with non-temporal stores (CPU); set by ``streaming.streamed``,
+    # which also marks the key (a kernel of its own) but not ``variant_key``
+    stream: bool = False
+
+    @property
+    def variant_key(self) -> tuple:
+        """The key of the kernel variant, which decides which calls it serves: the key without
+        the streaming mark (a streamed kernel computes the same for every size)."""
+        if not self.stream:
+            return self.key
+        from ..streaming import MARK
+        return self.key[:-len(MARK)]
 
     @property
     def base_key(self) -> tuple:

@@ -129,6 +129,11 @@ class Pointwise(OpImpl):
         key = ("pointwise", op, dt.name, tuple(present), tuple(out_names), mask_key, static, index)
         digest = hashlib.sha1(repr(key).encode()).hexdigest()[:10]
         attrs = dict(call.attrs)
+        # a flat kernel writing every output whole (no sum over broadcast dims) stores contiguous
+        # vectors and nothing else: a candidate for streaming stores (tvmgrad/streaming.py)
+        flat = (len(groups) == 1 and total is not None and dt.is_float
+                and not any(masks[0][len(present) + i] for i in range(len(out_names))))
+        stream_bytes = total * dt.numpy.itemsize * len(out_names) if flat else None
         return Plan(
             key=key, symbol=f"{op}_{dt.name}_{digest}",
             make=lambda: self._make(spec, dt, present, out_names, masks, runtime, attrs, index=index),
@@ -136,6 +141,7 @@ class Pointwise(OpImpl):
                                                         attrs, sizes=groups, inline=inline, index=index),
             args=tuple(args), pattern="generic",
             inplace_safe=True,     # every element is read before it is written; aliases go last
+            stream_bytes=stream_bytes,
         )
 
     # -- TE -----------------------------------------------------------------------------------
