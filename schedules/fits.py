@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .analysis import analyze, by_role, loop_letters, top_blocks
 
-__all__ = ["attention", "contraction", "fused_rows", "fft_units", "units_or_matmuls",
+__all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units", "units_or_matmuls",
            "extern_units", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
            "ROW_ROLE"]
 
@@ -53,6 +53,16 @@ def _units(sch) -> list:
         if not sch.get_loops(block):
             out += list(sch.get_child_blocks(block))
     return out
+
+
+def flat_elementwise(sch):
+    """Elementwise blocks over one loop each (a flat pointwise kernel)."""
+    if not _elementwise(sch):
+        return "it schedules elementwise blocks only, and the function has others"
+    for block in top_blocks(sch):
+        if len(analyze(sch, block).loops) != 1:
+            return f"it schedules flat (1-D) blocks, and {_name(sch, block)!r} is not one"
+    return None
 
 
 def attention(sch):

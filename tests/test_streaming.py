@@ -1,6 +1,8 @@
 """Streaming (non-temporal) stores of large flat pointwise kernels (tvmgrad/streaming.py): opt-in,
 the same results as the ordinary kernel, stores marked only in the kernel body."""
 
+import os
+import re
 import shutil
 import subprocess
 
@@ -11,6 +13,9 @@ import pytest
 import tvmgrad
 from tvmgrad import build, planning, streaming
 from tvmgrad.cache import default_cache
+from tvmgrad.dtypes import dtype as as_dtype
+from tvmgrad.infer_meta import TensorMeta
+from tvmgrad.runtime import aligned_empty
 from tvmgrad.targets import resolve
 
 N = 50_000 + 7          # not a multiple of any vector: the scalar tail runs too
@@ -31,16 +36,25 @@ def stream_from_1k(monkeypatch):
     monkeypatch.setenv(streaming.ENV, "1024")
 
 
-def test_off_unless_asked(monkeypatch):
+def test_large_calls_only(monkeypatch):
     monkeypatch.delenv(streaming.ENV, raising=False)
-    a, b = _inputs("float32", 1 << 20)
-    plan = planning.plan_call("relu_grad", {"out": a, "out_grad": b}, target="llvm").plan
-    assert plan.stream_bytes == 4 << 20 and not plan.stream
+    least = streaming.min_bytes()
+    assert least == streaming.L2_MULTIPLE * streaming._l2_bytes() * int(
+        os.environ.get("TVM_NUM_THREADS") or len(os.sched_getaffinity(0)))
+    a, b = _inputs("float32", 1 << 10)
+    for n, streams in ((least // 4 - 1, False), (least // 4, True)):
+        metas = {"out": TensorMeta((n,), as_dtype("float32")),
+                 "out_grad": TensorMeta((n,), as_dtype("float32"))}
+        plan = planning.plan_call("relu_grad", metas, metas_only=True, target="llvm").plan
+        assert plan.stream_bytes == 4 * n and plan.stream is streams
+    monkeypatch.setenv(streaming.ENV, "off")
+    assert not planning.plan_call("relu_grad", metas, metas_only=True, target="llvm").plan.stream
 
 
 def test_threshold_setting(monkeypatch):
     monkeypatch.setenv(streaming.ENV, "auto")
     monkeypatch.setenv("TVM_NUM_THREADS", "3")
+    assert streaming._size("2048K") == 2 << 20 and streaming._size("1M") == 1 << 20
     assert streaming.min_bytes() == streaming.L2_MULTIPLE * streaming._l2_bytes() * 3
     monkeypatch.setenv(streaming.ENV, "off")
     assert streaming.min_bytes() is None
@@ -52,9 +66,10 @@ def test_threshold_setting(monkeypatch):
 @pytest.mark.parametrize("op,names,attrs,dtype", [
     ("relu_grad", ("out", "out_grad"), None, "float32"),
     ("sigmoid_grad", ("out", "out_grad"), None, "float64"),
-    ("gelu_grad", ("x", "out_grad"), {"approximate": False}, "float32"),
-    ("silu_grad", ("x", "out", "out_grad"), None, "float16"),
+    ("tanh_double_grad", ("out", "grad_out", "grad_x_grad"), None, "float32"),
+    ("atan2_grad", ("x", "y", "out_grad"), None, "float16"),
     ("tanh_grad", ("out", "out_grad"), None, "bfloat16"),
+    ("hardsigmoid_grad", ("out", "out_grad"), {"slope": 0.2, "offset": 0.5}, "float32"),
 ])
 def test_streamed_kernel_computes_what_the_ordinary_one_does(stream_from_1k, monkeypatch, op,
                                                               names, attrs, dtype):
@@ -83,7 +98,10 @@ def test_stores_of_the_body_are_marked_and_nothing_else(stream_from_1k):
     assert "!nontemporal" not in wrapper[:wrapper.index("\n}")]
     for line in text.splitlines():
         if "!nontemporal" in line:
-            assert line.lstrip().startswith("store <") and "float>" in line
+            lanes, align = re.search(r"store <(\d+) x float> .*, align (\d+)", line).groups()
+            assert int(align) == 4 * int(lanes)                   # a whole aligned vector
+    unaligned = re.sub(r"align (32|64)\b", "align 4", ll)          # as LLVM writes a tail
+    assert streaming.mark_nontemporal(unaligned)[1] == 0
     assert streaming.mark_nontemporal(text)[1] == 0          # marking twice adds nothing
 
 
@@ -123,4 +141,51 @@ def test_the_cached_kernel_has_nontemporal_stores(stream_from_1k):
     launch = _prepare("relu_grad", {"out": a, "out_grad": b})
     path = default_cache.entry_path(launch.plan, launch.op.impl, launch.target)
     code = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True, check=True)
-    assert "movnt" in code.stdout
+    assert "vmovntp" in code.stdout               # whole aligned vectors, not movnti pieces
+
+
+def test_streamed_only_onto_aligned_outputs_already_in_memory(stream_from_1k):
+    a, b = _inputs("float32", 1 << 16, seed=5)
+    launch = _prepare("relu_grad", {"out": a, "out_grad": b})
+    kernel = launch.function
+    assert isinstance(kernel, streaming.Streaming)
+    want = np.where(a > 0, b, 0)
+    got = launch()["x_grad"]                                    # its own outputs: aligned
+    np.testing.assert_array_equal(got, want)
+    assert got.ctypes.data % 64 == 0
+    out = aligned_empty(a.shape, a.dtype)
+    out[:] = 0                                                  # pages faulted in
+    np.testing.assert_array_equal(launch(out={"x_grad": out})["x_grad"], want)
+    assert kernel.last == "streamed"
+    raw = np.zeros(a.size + 1, a.dtype)
+    odd = raw[1:] if raw.ctypes.data % 64 == 0 else raw[:-1]    # 4 bytes off a 64-byte line
+    if odd.ctypes.data % 64:
+        np.testing.assert_array_equal(launch(out={"x_grad": odd})["x_grad"], want)
+        assert kernel.last == "plain"
+    import mmap
+    fresh = mmap.mmap(-1, a.nbytes)                              # mapped, never touched
+    untouched = np.frombuffer(fresh, dtype=a.dtype)
+    np.testing.assert_array_equal(launch(out={"x_grad": untouched})["x_grad"], want)
+    assert kernel.last == "plain"
+    del untouched
+    fresh.close()
+
+
+@pytest.mark.parametrize("op,names,attrs", [
+    ("gelu_grad", ("x", "out_grad"), {"approximate": False}),
+    ("silu_grad", ("x", "out", "out_grad"), None),
+])
+def test_compute_bound_kernels_do_not_stream(stream_from_1k, op, names, attrs):
+    inputs = dict(zip(names, _inputs("float32", count=len(names))))
+    plan = planning.plan_call(op, inputs, attrs, target="llvm").plan
+    assert plan.stream_bytes is not None and not streaming.memory_bound(plan)
+    assert not plan.stream
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_streamed_plan_still_builds_for_cuda(stream_from_1k):
+    a, b = _inputs("float32")
+    plan = planning.plan_call("relu_grad", {"out": a, "out_grad": b}, target="llvm").plan
+    assert plan.stream
+    build.compile_plan(plan, resolve("cuda"))           # the elementwise rule; no store hint

@@ -40,22 +40,26 @@ def _lower(plan: Plan, target: Resolved):
     if plan.narrow_index:
         import tvm
         func = tvm.tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
-    return _realign(schedules.apply(func, target.target, plan.pattern), target)
+    # a streamed kernel's outputs keep TVM's 64 bytes: its non-temporal stores are aligned
+    # vectors (the runtime calls it only on aligned outputs: streaming.Streaming)
+    keep = {i for i, a in enumerate(plan.args) if a.kind == "output"} if plan.stream else set()
+    return _realign(schedules.apply(func, target.target, plan.pattern), target, keep)
 
 
-def _realign(mod, target: Resolved):
+def _realign(mod, target: Resolved, keep=frozenset()):
     """The scheduled module with its buffers declared as the target's runtime guarantees them
-    (``BUFFER_ALIGNMENT``)."""
+    (``BUFFER_ALIGNMENT``), but the parameters at the positions in ``keep``."""
     if BUFFER_ALIGNMENT.get(target.kind) != "element":
         return mod
     import tvm
-    return tvm.IRModule({gv.name_hint: element_aligned(f) for gv, f in mod.functions.items()})
+    return tvm.IRModule({gv.name_hint: element_aligned(f, keep) for gv, f in mod.functions.items()})
 
 
-def element_aligned(func):
-    """``func`` with every buffer parameter declared aligned to its element size only (TVM
-    declares 64 bytes): its code then takes any array whose address is a multiple of the element
-    size (``llvm.assume``/``align`` attributes and aligned vector moves disappear from the IR).
+def element_aligned(func, keep=frozenset()):
+    """``func`` with every buffer parameter (but those at the positions in ``keep``) aligned to its
+    element size only (TVM declares 64 bytes): its code then takes any array whose address is a
+    multiple of the element size (``llvm.assume``/``align`` attributes and aligned vector moves
+    disappear from the IR).
 
     In TVM 0.27 a buffer is a ``Var`` whose ``BufferType`` carries ``data_alignment``; the
     parameters are such vars, so the function is rebuilt with new ones and every use in the body
@@ -65,7 +69,7 @@ def element_aligned(func):
     from tvm.tirx.buffer import decl_buffer, is_buffer_var
     from tvm.tirx.transform.common import BufferReplacer
     mapping, params = {}, []
-    for p in func.params:
+    for i, p in enumerate(func.params):
         if not is_buffer_var(p):
             params.append(p)
             continue
@@ -76,8 +80,11 @@ def element_aligned(func):
         if t.data_alignment <= element:
             params.append(p)
             continue
+        # a kept parameter is declared anew as well (with its own alignment): a body whose
+        # buffers were substituted but for one no longer finds that one's definition
+        align = t.data_alignment if i in keep else element
         new = decl_buffer(list(t.shape), str(dt), p.name, None, list(t.strides), t.elem_offset,
-                          t.storage_scope, element, t.offset_factor, layout=t.layout)
+                          t.storage_scope, align, t.offset_factor, layout=t.layout)
         if list(t.allocated_addr):
             new = new.with_allocated_addr(list(t.allocated_addr))
         mapping[p] = new

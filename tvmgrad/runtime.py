@@ -32,7 +32,7 @@ import threading
 
 import numpy as np
 
-from . import registry, rt, tuned
+from . import registry, rt, streaming, tuned
 from .cache import KernelCache, default_cache
 from .call import BoundCall
 from .dtypes import DType, dtype as as_dtype
@@ -367,6 +367,8 @@ class _Bound:
                  tensors: dict, align: int | None, data_free: bool):
         self.spec, self.plan, self.outputs, self.target = spec, plan, outputs, target
         self.function = function
+        # numpy outputs: aligned where a streamed kernel may write them (it takes only aligned ones)
+        self._empty = aligned_empty if isinstance(function, streaming.Streaming) else np.empty
         self.alias = bool(options.get("alias"))
         self.align = align
         self.data_free = data_free
@@ -452,7 +454,7 @@ class _Bound:
         if self.mode == "device":
             return rt.allocate(self.framework, meta.shape, meta.dtype, self.where)
         if self.framework == "numpy":
-            return np.empty(meta.shape, meta.dtype.numpy)
+            return self._empty(meta.shape, meta.dtype.numpy)
         return rt.allocate(self.framework, meta.shape, meta.dtype, (rt.HOST, 0))
 
     def _scratch(self, meta: TensorMeta):
@@ -571,7 +573,7 @@ class _Bound:
                 continue
             buffer = out.get(name, _NO) if out else _NO
             if buffer is _NO:
-                buffer = np.empty(alloc[0], alloc[1])
+                buffer = self._empty(alloc[0], alloc[1])
             elif not (type(buffer) is np.ndarray and buffer.shape == alloc[0]
                       and buffer.dtype == alloc[1] and _direct_flags(buffer.flags)):
                 return None
@@ -838,7 +840,12 @@ def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> L
                            f"has none (CUDA kernels can still be built: tvmgrad build --target cuda)")
     function = None
     if p.plan.make is not None:
-        function = (cache or default_cache).get(p.plan, p.entry.impl, tgt).function
+        cache = cache or default_cache
+        function = cache.get(p.plan, p.entry.impl, tgt).function
+        if p.plan.stream:              # with its ordinary twin, for outputs not in memory yet
+            plain = cache.get(p.plan.plain, p.entry.impl, tgt).function
+            outputs = [i for i, a in enumerate(p.plan.args) if a.kind == "output"]
+            function = streaming.Streaming(plain, function, outputs, streaming.min_bytes() or 0)
     return Launch(p.entry, p.call, p.plan, p.outputs, tgt, function, data_free=p.data_free)
 
 

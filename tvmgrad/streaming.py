@@ -1,66 +1,80 @@
-"""Streaming stores: a CPU kernel whose outputs are far larger than the caches may write them
-with non-temporal stores. Opt-in (``$TVMGRAD_STREAM_MIN_BYTES``), for the reason below.
+"""Streaming stores: a CPU kernel whose outputs are far larger than the caches writes them with
+non-temporal stores, when they are already in memory.
 
 An ordinary store to a line that is not in the cache first reads that line from memory (a
 read for ownership), so a kernel that reads two arrays and writes a third moves four arrays'
 bytes, not three. Non-temporal stores write whole lines through write-combining buffers and
 skip that read. Measured on a 2-core Sapphire Rapids class VM (2 threads, relu_grad, float32,
-2^24 elements, 2 MiB of L2 per core), in ms:
+2^24 elements, 2 MiB of L2 per core; in-process best of 10), in ms:
 
-====================================================  ========  ======
-output memory                                         streamed  normal
-====================================================  ========  ======
-already mapped (``out=`` a reused buffer, or glibc     4.7-4.9   5.4-6.1
-keeping freed memory as ``tvmgrad bench`` runs)
-freshly mapped (``np.empty`` of 64 MiB: an mmap        12.0      8.3-8.5
+====================================================  ========  ========
+output memory                                         streamed  ordinary
+====================================================  ========  ========
+already in memory (an ``out=`` buffer reused, or       3.7-3.9   5.6-5.8
+glibc keeping freed memory, as ``tvmgrad bench`` runs)
+freshly mapped (``np.empty`` of 64 MiB: an mmap        10.2-10.4  8.6-8.7
 whose pages fault in during the kernel)
-====================================================  ========  ======
+====================================================  ========  ========
 
 Onto fresh pages streaming loses: the kernel zeroes each page as it faults in, through the
-cache, and the non-temporal stores then evict those dirty lines. So it is off unless asked for:
-``$TVMGRAD_STREAM_MIN_BYTES`` = a byte count, or ``auto`` (``L2_MULTIPLE`` times the L2 of the
-threads that run the kernel: below that the output could have stayed in their caches for its
-consumer; under the L2, 3 MiB of data here, streamed stores measured 2x slower, from 6 to 96 MiB
-equal). Turning it on by default needs the runtime to stream only onto resident pages
-(``mincore``), with both kernels at hand.
+cache, and the non-temporal stores then evict those dirty lines. So a streamed plan runs as
+``Streaming``: the streamed kernel and its ordinary twin, the streamed one called only when every
+output is at least ``min_bytes`` and already in memory (its first, middle and last pages
+resident: ``mincore``, a few microseconds against a kernel of milliseconds).
+
+``min_bytes``: ``L2_MULTIPLE`` times the L2 of the threads that run the kernel (below that the
+output could have stayed in their caches for its consumer: under the L2, 3 MiB of data here,
+streamed stores measured 2x slower; from 6 to 96 MiB equal), or ``$TVMGRAD_STREAM_MIN_BYTES``
+(a byte count, or ``off``).
 
 TVM has no store hint, so the kernel is compiled as usual and its LLVM IR (already vectorised)
-gets ``!nontemporal`` on the vector stores of its body, then is compiled again from that text
-(``recompile``). The stores keep their alignment: where LLVM cannot prove a full vector's
-alignment (the CPU kernels assume element-aligned buffers), the X86 backend writes them as
-8-byte ``movnti``, still non-temporal and never a fault on an unaligned address (aligned
-``vmovntps`` measured 3.5 ms above: a further 1.1x, for kernels that could rely on 64-byte
-aligned outputs).
+gets ``!nontemporal`` on the vector stores of its body that are aligned to their size, then is
+compiled again from that text (``recompile``). Its schedule (``schedules/cpu/stream_stores.py``)
+and its outputs, declared 64-byte aligned, make its stores so; the runtime calls it only on
+aligned outputs. (Unaligned ones would become 8-byte ``movnti`` pieces: relu_grad 4.8 ms,
+and the extra instructions took gelu_grad and silu_grad to 0.72x and 0.56x of the ordinary
+kernel.) Aligned, onto outputs in memory, against the ordinary kernel: relu_grad 1.52x,
+sigmoid_grad 1.45x, tanh_double_grad 1.65x, atan2_grad 1.55x. Only memory-bound bodies
+stream (``memory_bound``).
 
 A family opts a plan in by setting ``Plan.stream_bytes`` (the output bytes of a kernel that
 writes each output element once, by contiguous vector stores, and stores nothing else in its
 body); ``planning`` marks it streamed (``streamed``) for an LLVM target when the call is large
 enough. The mark is part of the cache key, not of the variant: a prepared launch keeps serving
-every size (``Plan.variant_key``).
+every size (``Plan.variant_key``), its ``Streaming`` choosing per call.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
+import mmap
 import os
 import re
+import math
 import tempfile
 
-__all__ = ["L2_MULTIPLE", "ENV", "min_bytes", "streamed", "mark_nontemporal", "recompile"]
+import numpy as np
+
+__all__ = ["L2_MULTIPLE", "ENV", "min_bytes", "streamed", "memory_bound", "Streaming",
+           "mark_nontemporal", "recompile"]
 
 L2_MULTIPLE = 8
-ENV = "TVMGRAD_STREAM_MIN_BYTES"       # bytes, "auto" or "off" (the default)
+ENV = "TVMGRAD_STREAM_MIN_BYTES"       # bytes, "auto" (the default) or "off"
 MARK = ("stream",)                     # what a streamed plan's key ends with
+PATTERN = "stream_stores"              # its schedule (schedules/cpu/stream_stores.py)
+ALIGN = 64                             # what its outputs are declared (build.lower)
 _DEFAULT_L2 = 1 << 20                  # where the OS does not say
 
 
 def min_bytes() -> int | None:
-    """The output bytes from which a CPU kernel streams its stores (None: never, the default):
-    ``$TVMGRAD_STREAM_MIN_BYTES`` as a byte count, or ``auto``: L2_MULTIPLE x the L2 of one
-    core x the kernel threads (``TVM_NUM_THREADS``, else the cores this process may use)."""
-    text = os.environ.get(ENV, "").strip().lower()
-    if not text or text == "off":
+    """The output bytes from which a CPU kernel streams its stores (None: never):
+    ``$TVMGRAD_STREAM_MIN_BYTES`` (a byte count, ``auto`` or ``off``), by default ``auto``:
+    L2_MULTIPLE x the L2 of one core x the kernel threads (``TVM_NUM_THREADS``, else the cores
+    this process may use)."""
+    text = os.environ.get(ENV, "").strip().lower() or "auto"
+    if text == "off":
         return None
     if text == "auto":
         threads = os.environ.get("TVM_NUM_THREADS", "").strip()
@@ -97,27 +111,105 @@ def _size(text: str) -> int:
 
 
 def streamed(plan):
-    """``plan`` marked to stream its stores when it is a candidate large enough for this host;
-    else ``plan`` itself."""
-    if plan.stream or plan.stream_bytes is None or plan.trace is not None:
+    """``plan`` marked to stream its stores when it is a candidate, large enough for this host,
+    whose body is memory-bound (``memory_bound``); else ``plan`` itself."""
+    if plan.plain is not None or plan.stream_bytes is None or plan.trace is not None:
         return plan
     least = min_bytes()
-    if least is None or plan.stream_bytes < least:
+    if least is None or plan.stream_bytes < least or not memory_bound(plan):
         return plan
     return dataclasses.replace(plan, key=plan.key + MARK, symbol=plan.symbol + "_stream",
-                               stream=True)
+                               pattern=PATTERN, plain=plan)
+
+
+# calls that cost an instruction or two: a body that makes no other call moves bytes faster than
+# it computes. exp, erf, pow and the like are polynomials of tens of operations per element: at
+# 2 threads gelu_grad and silu_grad are compute-bound, and their explicitly vectorised streamed
+# form measured 0.36x and 0.86x of the ordinary kernel (LLVM's own vectoriser interleaves four
+# vectors of such chains)
+CHEAP_CALLS = frozenset({
+    "tirx.fabs", "tirx.sqrt", "tirx.floor", "tirx.ceil", "tirx.trunc", "tirx.round",
+    "tirx.nearbyint", "tirx.copysign", "tirx.isnan", "tirx.isinf", "tirx.isfinite",
+    "tirx.if_then_else", "tirx.likely", "tirx.reinterpret"})
+
+
+def memory_bound(plan) -> bool:
+    """Does the plan's kernel call nothing dearer than ``CHEAP_CALLS``? (It is built to see.)"""
+    from tvm import s_tir
+
+    from .schedules.analysis import called_ops, top_blocks
+    sch = s_tir.Schedule(plan.make())
+    return all(called_ops(sch, block) <= CHEAP_CALLS for block in top_blocks(sch))
+
+
+class Streaming:
+    """A streamed kernel and its ordinary twin behind one call: the streamed one runs when every
+    output argument (``outputs``: their positions) is an array of at least ``least`` bytes,
+    ALIGN-byte aligned (the streamed kernel's stores are aligned vectors), whose sampled pages
+    are all resident; else, or where that cannot be told, the ordinary one. ``last`` says which
+    ran ("streamed" / "plain"). The runtime allocates a streamed launch's outputs aligned."""
+
+    def __init__(self, plain, streamed, outputs, least: int):
+        self.plain, self.streamed, self.outputs, self.least = plain, streamed, tuple(outputs), least
+        self.last = None
+
+    def __call__(self, *args):
+        use = all(_streamable(args[i], self.least) for i in self.outputs)
+        self.last = "streamed" if use else "plain"
+        return (self.streamed if use else self.plain)(*args)
+
+
+def _streamable(array, least: int) -> bool:
+    """Is ``array`` at least ``least`` bytes, ALIGN-byte aligned, with its first, middle and last
+    pages in memory?"""
+    try:
+        if isinstance(array, np.ndarray):
+            start, size = array.ctypes.data, array.nbytes
+        else:
+            import tvm_ffi
+            from .rt import to_tensor
+            t = to_tensor(array)
+            dt = tvm_ffi.dtype(str(t.dtype))
+            start, size = t.data_ptr(), math.prod(t.shape) * dt.bits * dt.lanes // 8
+    except Exception:  # noqa: BLE001 - an argument we cannot look into: the ordinary kernel
+        return False
+    if size < max(least, 1) or start % ALIGN or _MINCORE is None:
+        return False
+    page = mmap.PAGESIZE
+    flag = ctypes.c_ubyte()
+    for at in (start, start + size // 2, start + size - 1):
+        if _MINCORE(ctypes.c_void_p(at - at % page), ctypes.c_size_t(page), ctypes.byref(flag)) \
+                or not flag.value & 1:
+            return False
+    return True
+
+
+def _mincore():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MINCORE = _mincore()
 
 
 # -- the LLVM IR pass --------------------------------------------------------------------------
 
 _DEFINE = re.compile(r"^define [^@]*@([\w.$]+)\(")
-_VECTOR_STORE = re.compile(r"^\s*store <\d+ x (?:half|bfloat|float|double)> ")
+_VECTOR_STORE = re.compile(r"^\s*store <(\d+) x (half|bfloat|float|double)> .*, align (\d+)\b")
+_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
 _METADATA_ID = re.compile(r"!(\d+)\b")
 
 
 def mark_nontemporal(ll: str) -> tuple[str, int]:
     """(``ll`` with ``!nontemporal`` on every floating-point vector store in the kernel's own
-    functions, the number marked). The packed-call wrappers (``__tvm_ffi_*``) and TVM's helpers
+    functions that is aligned to its size, the number marked). An under-aligned one would be
+    written as 8-byte ``movnti`` pieces, extra instructions in every step, and is left as it is
+    (a tail). The packed-call wrappers (``__tvm_ffi_*``) and TVM's helpers
     (``__tvm_set_raised*``) are left alone: what they store is argument bookkeeping."""
     ids = [int(m) for m in _METADATA_ID.findall(ll)]
     node = f"!{max(ids, default=0) + 1}"
@@ -129,9 +221,11 @@ def mark_nontemporal(ll: str) -> tuple[str, int]:
             body = not name.startswith(("__tvm_ffi_", "__tvm_set_raised"))
         elif line.startswith("}"):
             body = False
-        elif body and _VECTOR_STORE.match(line) and "!nontemporal" not in line:
-            line += f", !nontemporal {node}"
-            marked += 1
+        elif body and "!nontemporal" not in line and (store := _VECTOR_STORE.match(line)):
+            lanes, element, align = store.groups()
+            if int(align) >= int(lanes) * _BYTES[element]:
+                line += f", !nontemporal {node}"
+                marked += 1
         out.append(line)
     text = "\n".join(out)
     if marked:

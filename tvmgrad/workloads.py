@@ -78,21 +78,29 @@ def copy_kernel(nbytes: int):
     into nbytes/2, what moving the same bytes costs at best on this machine. Built for the
     target the kernels are (``"llvm"``: the host, or $TVMGRAD_CPU) on aligned arrays, as they
     run: a roof of baseline x86-64 code (16-byte SSE moves) would sit below what the kernels
-    reach."""
+    reach. A copy that the kernels' size would stream (tvmgrad/streaming.py) is streamed too,
+    as the kernels then are: an ordinary copy pays the read for ownership that they skip."""
     import tvm
     from tvm import s_tir, te
 
+    from . import streaming
     from .runtime import aligned_empty
+    from .schedules.cpu._isa import vector_unit
     from .targets import resolve
     half = max(nbytes // 2 // 4, 64)
     half -= half % 64
     a = te.placeholder((half,), "float32", name="a")
     b = te.compute((half,), lambda i: a[i], name="b")
     sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "copy"))
-    outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, 64])
+    target = resolve("llvm").target
+    least = streaming.min_bytes()
+    stream = least is not None and half * 4 >= least
+    lanes = vector_unit(target).lanes("float32") if stream else 64   # whole aligned vectors
+    outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, lanes])
     sch.parallel(outer)
     sch.vectorize(inner)
-    kernel = tvm.compile(sch.mod, target=resolve("llvm").target)["copy"]
+    module = tvm.compile(sch.mod, target=target)
+    kernel = (streaming.recompile(module.mod) if stream else module)["copy"]
     src, dst = aligned_empty((half,), np.float32), aligned_empty((half,), np.float32)
     src[:] = np.random.default_rng(0).random(half, dtype=np.float32)
     return (lambda: kernel(src, dst)), 2 * src.nbytes

@@ -85,18 +85,19 @@ class Plan:
     # that writes each output element once by contiguous vector stores and stores nothing else
     # in its body; None for every other kernel
     stream_bytes: int | None = None
-    # its outputs are written with non-temporal stores (CPU); set by ``streaming.streamed``,
-    # which also marks the key (a kernel of its own) but not ``variant_key``
-    stream: bool = False
+    # a streamed plan (its outputs written by non-temporal stores, CPU): the ordinary plan it was
+    # made from (``streaming.streamed``), whose key is its ``variant_key``
+    plain: "Plan | None" = field(default=None, repr=False)
+
+    @property
+    def stream(self) -> bool:
+        return self.plain is not None
 
     @property
     def variant_key(self) -> tuple:
-        """The key of the kernel variant, which decides which calls it serves: the key without
-        the streaming mark (a streamed kernel computes the same for every size)."""
-        if not self.stream:
-            return self.key
-        from ..streaming import MARK
-        return self.key[:-len(MARK)]
+        """The key of the kernel variant, which decides which calls it serves: a streamed plan's
+        is its ordinary twin's (it computes the same for every size)."""
+        return self.key if self.plain is None else self.plain.key
 
     @property
     def base_key(self) -> tuple:
