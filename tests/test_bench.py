@@ -141,9 +141,16 @@ def test_a_worker_killed_by_a_signal_costs_one_job_and_the_next_starts_afresh():
         worker.close()
 
 
-def test_a_kernel_and_its_roofline_take_turns_call_by_call():
+def test_a_kernel_and_its_roofline_take_turns_by_blocks():
     from tvmgrad.workloads import taking_turns
     calls = []
     timings = taking_turns([lambda: calls.append("kernel"), lambda: calls.append("copy")], 3)
-    assert calls == ["kernel"] * 2 + ["copy"] * 2 + ["kernel", "copy"] * 3
+    # blocks of consecutive calls, each started by untimed ones (the other evicted its data)
+    assert calls == ["kernel"] * 2 + ["copy"] * 2 + (["kernel"] * 3 + ["copy"] * 3) * 3
+    calls.clear()
+    taking_turns([lambda: calls.append("kernel"), lambda: calls.append("copy")], 20)
+    assert calls[4:] == (["kernel"] * 7 + ["copy"] * 7) * 4        # 2 untimed + 5 timed each
+    calls.clear()
+    taking_turns([lambda: calls.append("alone")], 3)
+    assert calls == ["alone"] * 5
     assert len(timings) == 2 and all(best <= median for best, median in timings)
