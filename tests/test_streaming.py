@@ -120,6 +120,8 @@ def test_a_streamed_launch_serves_every_size_and_inplace(stream_from_1k):
     a, b = _inputs("float32")
     launch = _prepare("relu_grad", {"out": a, "out_grad": b})
     assert launch.plan.stream
+    kept = launch.bound().plan               # holds no builder (its closures hold the arrays)
+    assert kept.make_static is None and kept.plain.make_static is None
     small_a, small_b = a[:100].copy(), b[:100].copy()       # planned as an ordinary kernel
     np.testing.assert_array_equal(launch({"out": small_a, "out_grad": small_b})["x_grad"],
                                   np.where(small_a > 0, small_b, 0))

@@ -209,7 +209,8 @@ def _stripped(plan: Plan) -> Plan:
     """The plan without its builders (closures that may hold the first call's arrays)."""
     if plan.make is None:
         return plan
-    return dataclasses.replace(plan, make=_no_make, make_static=None)
+    plain = None if plan.plain is None else _stripped(plan.plain)     # a streamed plan's twin
+    return dataclasses.replace(plan, make=_no_make, make_static=None, plain=plain)
 
 
 # ------------------------------------------------------------------------------------------

@@ -143,10 +143,10 @@ def memory_bound(plan) -> bool:
 
 
 class Streaming:
-    """A streamed kernel and its ordinary twin behind one call: the streamed one runs when every
-    output argument (``outputs``: their positions) is an array of at least ``least`` bytes,
-    ALIGN-byte aligned (the streamed kernel's stores are aligned vectors), whose sampled pages
-    are all resident; else, or where that cannot be told, the ordinary one. ``last`` says which
+    """A streamed kernel and its ordinary twin behind one call: the streamed one runs when the
+    output arguments (``outputs``: their positions) hold at least ``least`` bytes together and
+    each is ALIGN-byte aligned (the streamed kernel's stores are aligned vectors) with its
+    sampled pages all resident; else, or where that cannot be told, the ordinary one. ``last`` says which
     ran ("streamed" / "plain"). The runtime allocates a streamed launch's outputs aligned."""
 
     def __init__(self, plain, streamed, outputs, least: int):
@@ -154,14 +154,15 @@ class Streaming:
         self.last = None
 
     def __call__(self, *args):
-        use = all(_streamable(args[i], self.least) for i in self.outputs)
+        sizes = [_streamable(args[i]) for i in self.outputs]
+        use = None not in sizes and sum(sizes) >= max(self.least, 1)
         self.last = "streamed" if use else "plain"
         return (self.streamed if use else self.plain)(*args)
 
 
-def _streamable(array, least: int) -> bool:
-    """Is ``array`` at least ``least`` bytes, ALIGN-byte aligned, with its first, middle and last
-    pages in memory?"""
+def _streamable(array) -> int | None:
+    """The bytes of ``array`` if it is ALIGN-byte aligned with its first, middle and last pages
+    in memory, else None."""
     try:
         if isinstance(array, np.ndarray):
             start, size = array.ctypes.data, array.nbytes
@@ -172,16 +173,16 @@ def _streamable(array, least: int) -> bool:
             dt = tvm_ffi.dtype(str(t.dtype))
             start, size = t.data_ptr(), math.prod(t.shape) * dt.bits * dt.lanes // 8
     except Exception:  # noqa: BLE001 - an argument we cannot look into: the ordinary kernel
-        return False
-    if size < max(least, 1) or start % ALIGN or _MINCORE is None:
-        return False
+        return None
+    if size <= 0 or start % ALIGN or _MINCORE is None:
+        return None
     page = mmap.PAGESIZE
     flag = ctypes.c_ubyte()
     for at in (start, start + size // 2, start + size - 1):
         if _MINCORE(ctypes.c_void_p(at - at % page), ctypes.c_size_t(page), ctypes.byref(flag)) \
                 or not flag.value & 1:
-            return False
-    return True
+            return None
+    return size
 
 
 def _mincore():
