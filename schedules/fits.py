@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from .analysis import analyze, by_role, loop_letters, top_blocks
 
-__all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units", "units_or_matmuls",
-           "extern_units", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
+__all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units",
+           "units_or_matmuls", "extern_units", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
            "ROW_ROLE"]
 
 # The block annotation by which the red_rows builders (te_defs/norm.py, softmax.py, loss.py)

@@ -45,7 +45,7 @@ __all__ = ["run", "prepare", "Launch", "clear_run_cache", "run_cache_info", "ali
            "to_tvm", "ALIGN"]
 
 
-ALIGN = 64     # TVM's default buffer alignment: what CUDA kernels (and old AOT libraries) assume
+ALIGN = 64     # TVM's default buffer alignment: what CUDA kernels, old AOT libraries and streamed outputs assume
 
 
 def _element_aligned(target) -> int | None:
@@ -846,7 +846,8 @@ def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> L
         if p.plan.stream:              # with its ordinary twin, for outputs not in memory yet
             plain = cache.get(p.plan.plain, p.entry.impl, tgt).function
             outputs = [i for i, a in enumerate(p.plan.args) if a.kind == "output"]
-            function = streaming.Streaming(plain, function, outputs, streaming.min_bytes() or 0)
+            function = streaming.Streaming(plain, function, outputs, streaming.min_bytes() or 0,
+                                           ALIGN)
     return Launch(p.entry, p.call, p.plan, p.outputs, tgt, function, data_free=p.data_free)
 
 

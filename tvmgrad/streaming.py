@@ -18,9 +18,9 @@ whose pages fault in during the kernel)
 
 Onto fresh pages streaming loses: the kernel zeroes each page as it faults in, through the
 cache, and the non-temporal stores then evict those dirty lines. So a streamed plan runs as
-``Streaming``: the streamed kernel and its ordinary twin, the streamed one called only when every
-output is at least ``min_bytes`` and already in memory (its first, middle and last pages
-resident: ``mincore``, a few microseconds against a kernel of milliseconds).
+``Streaming``: the streamed kernel and its ordinary twin, the streamed one called only when the
+outputs hold ``min_bytes`` together and each is aligned and already in memory (its first, middle
+and last pages resident: ``mincore``, a few microseconds against a kernel of milliseconds).
 
 ``min_bytes``: ``L2_MULTIPLE`` times the L2 of the threads that run the kernel (below that the
 output could have stayed in their caches for its consumer: under the L2, 3 MiB of data here,
@@ -50,21 +50,21 @@ import ctypes
 import dataclasses
 import functools
 import mmap
+import math
 import os
 import re
-import math
 import tempfile
 
 import numpy as np
 
-__all__ = ["L2_MULTIPLE", "ENV", "min_bytes", "streamed", "memory_bound", "Streaming",
+__all__ = ["L2_MULTIPLE", "ENV", "min_bytes", "large_enough", "streamed", "memory_bound",
+           "Streaming",
            "mark_nontemporal", "recompile"]
 
 L2_MULTIPLE = 8
 ENV = "TVMGRAD_STREAM_MIN_BYTES"       # bytes, "auto" (the default) or "off"
 MARK = ("stream",)                     # what a streamed plan's key ends with
 PATTERN = "stream_stores"              # its schedule (schedules/cpu/stream_stores.py)
-ALIGN = 64                             # what its outputs are declared (build.lower)
 _DEFAULT_L2 = 1 << 20                  # where the OS does not say
 
 
@@ -110,13 +110,18 @@ def _size(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
+def large_enough(nbytes: int) -> bool:
+    """Would ``nbytes`` of output stream on this host (``min_bytes``)?"""
+    least = min_bytes()
+    return least is not None and nbytes >= least
+
+
 def streamed(plan):
     """``plan`` marked to stream its stores when it is a candidate, large enough for this host,
     whose body is memory-bound (``memory_bound``); else ``plan`` itself."""
     if plan.plain is not None or plan.stream_bytes is None or plan.trace is not None:
         return plan
-    least = min_bytes()
-    if least is None or plan.stream_bytes < least or not memory_bound(plan):
+    if not large_enough(plan.stream_bytes) or not memory_bound(plan):
         return plan
     return dataclasses.replace(plan, key=plan.key + MARK, symbol=plan.symbol + "_stream",
                                pattern=PATTERN, plain=plan)
@@ -145,24 +150,26 @@ def memory_bound(plan) -> bool:
 class Streaming:
     """A streamed kernel and its ordinary twin behind one call: the streamed one runs when the
     output arguments (``outputs``: their positions) hold at least ``least`` bytes together and
-    each is ALIGN-byte aligned (the streamed kernel's stores are aligned vectors) with its
-    sampled pages all resident; else, or where that cannot be told, the ordinary one. ``last`` says which
-    ran ("streamed" / "plain"). The runtime allocates a streamed launch's outputs aligned."""
+    each is ``align``-byte aligned (TVM's default, which ``build`` keeps on a streamed kernel's
+    outputs: its stores are aligned vectors) with its sampled pages all resident; else, or where
+    that cannot be told, the ordinary one. ``last`` says which ran ("streamed" / "plain"). The
+    runtime allocates a streamed launch's outputs so aligned."""
 
-    def __init__(self, plain, streamed, outputs, least: int):
-        self.plain, self.streamed, self.outputs, self.least = plain, streamed, tuple(outputs), least
+    def __init__(self, plain, streamed, outputs, least: int, align: int):
+        self.plain, self.streamed, self.outputs = plain, streamed, tuple(outputs)
+        self.least, self.align = least, align
         self.last = None
 
     def __call__(self, *args):
-        sizes = [_streamable(args[i]) for i in self.outputs]
+        sizes = [_streamable(args[i], self.align) for i in self.outputs]
         use = None not in sizes and sum(sizes) >= max(self.least, 1)
         self.last = "streamed" if use else "plain"
         return (self.streamed if use else self.plain)(*args)
 
 
-def _streamable(array) -> int | None:
-    """The bytes of ``array`` if it is ALIGN-byte aligned with its first, middle and last pages
-    in memory, else None."""
+def _streamable(array, align: int) -> int | None:
+    """The bytes of ``array`` if it is ``align``-byte aligned with its first, middle and last
+    pages in memory, else None."""
     try:
         if isinstance(array, np.ndarray):
             start, size = array.ctypes.data, array.nbytes
@@ -174,7 +181,7 @@ def _streamable(array) -> int | None:
             start, size = t.data_ptr(), math.prod(t.shape) * dt.bits * dt.lanes // 8
     except Exception:  # noqa: BLE001 - an argument we cannot look into: the ordinary kernel
         return None
-    if size <= 0 or start % ALIGN or _MINCORE is None:
+    if size <= 0 or start % align or _MINCORE is None:
         return None
     page = mmap.PAGESIZE
     flag = ctypes.c_ubyte()

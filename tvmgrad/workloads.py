@@ -111,8 +111,7 @@ def copy_kernel(nbytes: int):
     b = te.compute((half,), lambda i: a[i], name="b")
     sch = s_tir.Schedule(te.create_prim_func([a, b]).with_attr("global_symbol", "copy"))
     target = resolve("llvm").target
-    least = streaming.min_bytes()
-    stream = least is not None and half * 4 >= least
+    stream = streaming.large_enough(half * 4)
     lanes = vector_unit(target).lanes("float32") if stream else 64   # whole aligned vectors
     outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], [None, lanes])
     sch.parallel(outer)

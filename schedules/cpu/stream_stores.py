@@ -29,18 +29,13 @@ def schedule(sch, target):
     unit = vector_unit(target)
     for info in each_nest(sch, top_blocks(sch)):
         (loop,) = info.loops
-        bits = max(32, max(_bits(w.source.dtype) for w in sch.get(info.block).writes))
-        lanes = max(1, unit.bits // bits)
+        lanes = min(unit.lanes("float32"),
+                    *(unit.lanes(str(w.source.dtype)) for w in sch.get(info.block).writes))
         chunk, steps, lane = sch.split(loop, [None, STEPS, lanes])
         sch.parallel(chunk)
         sch.vectorize(lane)
         sch.annotate(steps, "pragma_loop_partition_hint", 1)
     return sch.mod
-
-
-def _bits(dtype) -> int:
-    import tvm
-    return tvm.DataType(str(dtype)).bits
 
 
 RULE = ScheduleRule("stream_stores", schedule, flat_elementwise)
