@@ -16,7 +16,11 @@ of 16 ymm), less when the grain is smaller. It becomes:
             epilogue: crop + cast acc into the output
 
 so a micro-kernel step is mb broadcasts, nb/lanes vector loads and mb·nb/lanes FMAs on
-accumulators that stay in registers (the tile's buffer laid out [.., M, N]). Sources marked
+accumulators that stay in registers (the tile's buffer laid out [.., M, N]). A reduction whose
+outer loops run long before a long inner run (a filter grad's output positions) has its outer
+loops swept around the M tile loop (``_swept_reduction``): each M tile then re-reads one
+cache-resident run of the panel, not all of it, and its accumulators are reloaded per run from
+the panel's own buffer (the epilogue after the sweep). Sources marked
 ``root`` are packed the way the micro-kernel streams them (``_pack_sources``: panel, reduced
 dims, lanes) and copied in parallel, zero padding filled apart from an unguarded copy of the
 in-bounds part; the epilogue's cropped stores are bounded by their loop (_cropped_stores.py).
@@ -43,6 +47,7 @@ __all__ = ["schedule", "micro_kernel", "RULE"]
 
 MB = 4             # micro-kernel rows: one broadcast each per reduction step
 MAX_NB = 64        # the widest tile: the padding grain of te_defs/_dense.grain
+MIN_STEPS = 32     # a reduction loop this long (with those after it) is a run of its own
 
 
 def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
@@ -91,15 +96,51 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     no, ni = sch.split(kept[n_ax], [None, nb])
     outer = [lp for i, lp in enumerate(kept) if i not in (m_ax, n_ax)]
     first, second = (no, mo) if order == "nm" else (mo, no)
-    sch.reorder(*outer, first, second, *reduce, mi, ni)
-    # the epilogue (crop + cast), or partial results reduced later, from registers
-    keep_in_registers(sch, block, second, epilogue(sch, block))
-    _tile_last(sch, block, m_ax, n_ax)
+    swept, inner = _swept_reduction(sch, reduce)
+    sch.reorder(*outer, first, *swept, second, *inner, mi, ni)
+    if swept:
+        # the panel's tiles accumulate in a buffer of this task across the swept loops (LLVM
+        # holds a tile in registers over each inner run: no other access can alias a buffer of
+        # its own); the epilogue, or a copy of the result, follows the last of them
+        _tile_last(sch, block, m_ax, n_ax)
+        tail = epilogue(sch, block)
+        if tail is None:
+            tail = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(tail, first)
+    else:
+        # the epilogue (crop + cast), or partial results reduced later, from registers
+        keep_in_registers(sch, block, second, epilogue(sch, block))
+        _tile_last(sch, block, m_ax, n_ax)
     producers = _tile_sources_at(sch, block, first)
     sch.unroll(mi)
     sch.vectorize(ni)
     parallel(sch, [*outer, first])
     _finish(sch, block, reduce, producers)
+
+
+def _swept_reduction(sch, reduce) -> tuple[list, list]:
+    """(swept, inner): the reduction loops that go outside the M tile loop, and those inside.
+
+    Each M tile of a panel streams the panel's vector operand over the whole reduction: from
+    the cache while the panel fits, else once more from memory per M tile. A filter grad reduces
+    over every output position: its panel is megabytes (a conv3d's 16·56·56 positions x 64
+    lanes: 13 MB per kernel position), re-read by each of 16 M tiles. So the outer reduction
+    loops are swept around the M tiles: an M tile reads one inner run of the panel (kilobytes,
+    still in the cache for the next M tile) and stores and reloads its accumulators once per
+    run. The inner run is the trailing loops up to the first long one (symbolic, or MIN_STEPS
+    steps with those after it); a reduction without a long loop before its inner run (a GEMM's
+    single loop, a data grad's channels x kernel window) stays whole, in registers."""
+    inner = len(reduce)
+    steps = 1
+    while inner > 0:
+        extent = const_extent(sch, reduce[inner - 1])
+        inner -= 1
+        if extent is None or steps * extent >= MIN_STEPS:
+            break
+        steps *= extent
+    if inner == 0:
+        return [], list(reduce)
+    return list(reduce[:inner]), list(reduce[inner:])
 
 
 def _rows_share_operand(sch, block, m_ax: int, n_ax: int) -> bool:
