@@ -195,6 +195,33 @@ def test_group_norm_grad(case):
         check("group_norm_grad", inputs, attrs, dtype, oracle=gn_oracle)
 
 
+def test_group_norm_grad_scale_and_bias_partials_share_one_pass():
+    """The CPU kernel sums scale_grad's and bias_grad's per-lane partials in one loop over a
+    row's channels (schedules/cpu/_folded_columns.share_columns: each channel's run read by
+    the second partial from L1), and its values stay right where rows are longer than the
+    lanes, with a tail."""
+    import re
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    shape, groups, fmt, sc, bi = GN_CASES["nchw_long_rows"]
+    inputs = _gn_inputs(shape, groups, fmt, sc, bi)
+    attrs = {"epsilon": 1e-5, "groups": groups, "data_format": fmt}
+    check("group_norm_grad", inputs, attrs, "float32", oracle=gn_oracle)
+    f32 = {k: np.asarray(v, np.float32) for k, v in inputs.items()}
+    planned = plan_call("group_norm_grad", f32, attrs, target="llvm")
+    lines = lower(planned.plan, planned.target).script().splitlines()
+    at = [i for i, line in enumerate(lines) if re.match(r"\s*for \w+_m in range\(gs\):", line)]
+    assert len(at) == 1, "one merged loop over the channels"
+    indent = len(lines[at[0]]) - len(lines[at[0]].lstrip())
+    body = []
+    for line in lines[at[0] + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    blocks = set(re.findall(r'T\.sblock\("(cs_\w+_rf_rf_update)"\)', "\n".join(body)))
+    assert blocks == {"cs_scale_grad_rf_rf_update", "cs_bias_grad_rf_rf_update"}
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_group_norm_grad_half(dtype):
     inputs = _gn_inputs((2, 6, 3, 4), 3, "NCHW")

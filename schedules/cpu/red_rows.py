@@ -126,8 +126,7 @@ def _fused_rows(sch, group, target) -> set:
         set_scopes(sch, rs, ROW_SCOPE)
     for f, partial in zip(folds, partials):
         merge(sch, f, partial, ro)
-    if chunks:
-        share_columns(sch, partials)
+    share_columns(sch, folds, partials)
     if target is not None:
         for block in [ro, *followers]:
             _lane_outputs(sch, block, depth, acc, target)
