@@ -21,6 +21,10 @@ import tvmgrad
 from harness import FLOATS, autograd_oracle, c_ops, check, rng
 
 FAST = ("float64",)
+# float32: a grad element sums up to a few hundred unit-size products (conv2d "wide": 66 x 3,
+# conv3d 9 x 27), so it rounds to ~1e-5 absolute whatever its size: a sum that cancels to 0.03
+# cannot hold rtol alone
+F32_SUM_ATOL = 2e-5
 
 
 def N(*shape, seed=0):
@@ -109,10 +113,9 @@ def test_conv2d_grad(name):
 @pytest.mark.sweep
 def test_conv2d_grad_dtypes(dtype, name):
     x, w, attrs = CONV2D[name]
-    # float32: an element sums up to a few hundred unit-size products ("wide": 66 x 3), so it
-    # rounds to ~1e-5 absolute whatever its size (a sum that cancels to 0.03 cannot hold rtol)
     check("conv2d_grad", conv_inputs(x, w, attrs), attrs, dtype,
-          rtol=5e-5 if dtype == "float32" else None, atol=2e-5 if dtype == "float32" else None)
+          rtol=5e-5 if dtype == "float32" else None,
+          atol=F32_SUM_ATOL if dtype == "float32" else None)
 
 
 @pytest.mark.slow
@@ -120,10 +123,9 @@ def test_conv2d_grad_dtypes(dtype, name):
 @pytest.mark.parametrize("name", sorted(CONV2D))
 def test_conv2d_grad_dtypes_all(dtype, name):
     x, w, attrs = CONV2D[name]
-    # float32: an element sums up to a few hundred unit-size products ("wide": 66 x 3), so it
-    # rounds to ~1e-5 absolute whatever its size (a sum that cancels to 0.03 cannot hold rtol)
     check("conv2d_grad", conv_inputs(x, w, attrs), attrs, dtype,
-          rtol=5e-5 if dtype == "float32" else None, atol=2e-5 if dtype == "float32" else None)
+          rtol=5e-5 if dtype == "float32" else None,
+          atol=F32_SUM_ATOL if dtype == "float32" else None)
 
 
 def test_conv2d_grad_empty_batch():
@@ -191,11 +193,10 @@ def test_conv3d_filter_grad_swept_over_output_rows(dtype):
     """The filter grad's reduction over output positions runs its depth and row loops around
     the M tiles (schedules/cpu/gemm_dense._swept_reduction): 9 output channels are 3 tiles of
     rows (and padding), 4 x 5 output rows are 20 runs, each accumulating onto the tile that
-    the last run left; the data grad's reduction stays whole. (float32: an element sums 9 x 27
-    unit-size products, so it rounds to ~1e-5 absolute.)"""
+    the last run left; the data grad's reduction stays whole."""
     x, w, attrs = (2, 5, 4, 5, 11), (9, 5, 3, 3, 3), attrs3(paddings=[1, 1, 1])
     check("conv3d_grad", conv_inputs(x, w, attrs), attrs, dtype,
-          atol=2e-5 if dtype == "float32" else None)
+          atol=F32_SUM_ATOL if dtype == "float32" else None)
 
 
 def test_only_a_filter_grad_reduction_is_swept():
