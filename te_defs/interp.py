@@ -62,7 +62,7 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import acc_dtype, cast_to, extern, i64, proxy, scratch
+from ._extern import acc_dtype, cast_to, ceildiv, extern, i64, proxy, scratch
 from ._math import cast, const, f32, f64, mul_f32, where
 from ._plan import fail, host_array
 
@@ -624,6 +624,7 @@ def nearest_interp_grad(x, out_size, size_tensor, scale_tensor, output_grad, dat
 
 GRID_MODES = ("bilinear", "nearest")
 PADDINGS = ("zeros", "border", "reflection")
+RUN = 64    # output positions a CPU grid_grad task sums together, channel by channel
 
 
 def _grid_host(call, outs, dt):
@@ -819,13 +820,16 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
             with T.serial(0, i64(P)) as p:
                 O[n, ch, p] = const(0.0, od)
             with T.serial(0, i64(Q)) as o:
-                g = cast(to_compute(G[n, ch, o], dt), cdt)
+                # each value loaded once (an add into the plane could alias any later load)
+                g = T.bind(cast(to_compute(G[n, ch, o], dt), cdt))
+                weights = [] if md == "nearest" else \
+                    [(T.bind(TB[nc + ax][n, o]), T.bind(TB[nc + S + ax][n, o])) for ax in range(S)]
                 for k, (_, pick) in enumerate(corners):
-                    idx = TB[k][n, o]
+                    idx = T.bind(TB[k][n, o])
                     val = g
                     if pick is not None:          # out_grad·d_x·d_y[·d_z], in Paddle's order
                         for ax in range(S):
-                            val = val * (TB[nc + S + ax][n, o] if pick[ax] else TB[nc + ax][n, o])
+                            val = val * weights[ax][pick[ax]]
                     with T.If(idx >= i64(0)):
                         with T.Then():
                             O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
@@ -853,41 +857,78 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
         SC = TB[n_idx + 2 * S:n_idx + 3 * S]
         zero = const(0.0, cdt)
 
-        def blk(Pv, _S):
+        def terms(n, o, k, ids):
+            """This point's S partial derivatives in channel k, times out_grad."""
+            g = cast(to_compute(G[n, k, o], dt), cdt)
+
+            def corner_value(pick):
+                i = ids[pick]
+                return T.bind(where(i >= i64(0),
+                                    cast(to_compute(X[n, k, tirx.max(i, i64(0))], dt), cdt), zero))
+
+            vals = {pick: corner_value(pick) for pick in ids}
+            weights = [(T.bind(DLO[a][n, o]), T.bind(DHI[a][n, o])) for a in range(S)]
+
+            out = []
+            for ax in range(S):
+                total = None
+                for picks in _GRAD_TERMS[S][ax]:     # {other axis: low/high}, Paddle's order
+                    hi, lo_ = [0] * S, [0] * S
+                    w = None
+                    for a in sorted(picks):
+                        hi[a] = lo_[a] = picks[a]
+                        wa = weights[a][picks[a]]
+                        w = wa if w is None else w * wa
+                    hi[ax], lo_[ax] = 1, 0
+                    term = (vals[tuple(hi)] - vals[tuple(lo_)]) * w
+                    total = term if total is None else total + term
+                out.append(total * g)
+            return out
+
+        def finish(n, o, sums):
+            # a NaN coordinate reaches no corner: the whole point's grid_grad is NaN
+            lost = tirx.any(*[tirx.isnan(to_compute(GRID[n, o, a], dt)) for a in range(S)])
+            for ax in range(S):
+                O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), sums[ax] * SC[ax][n, o]),
+                                   dt.storage)
+
+        def per_point(Pv, _S):
+            """CUDA: one thread per output position sums over the channels."""
             n, o = Pv[0], Pv[1]
-            accs = [proxy(scratch((1,), cdt, word_aligned=True))
-                    for _ in range(S)]
+            accs = [proxy(scratch((1,), cdt, word_aligned=True)) for _ in range(S)]
             for a in accs:
                 a[0] = zero
             ids = {pick: T.bind(IDX[pick][n, o]) for pick in IDX}
             with T.serial(0, i64(C)) as k:
-                g = cast(to_compute(G[n, k, o], dt), cdt)
+                for a, t in zip(accs, terms(n, o, k, ids)):
+                    a[0] = a[0] + t
+            finish(n, o, [a[0] for a in accs])
 
-                def v(pick):
-                    i = ids[pick]
-                    return where(i >= i64(0), cast(to_compute(X[n, k, tirx.max(i, i64(0))], dt),
-                                                    cdt), zero)
-
+        def per_run(Pv, _S):
+            """CPU: a run of RUN output positions sums channel by channel, each channel's input
+            plane (read at random corners) staying in L1 over the run; the same sums, in the same
+            channel order, as ``per_point``."""
+            n, r = Pv[0], Pv[1]
+            start = T.bind(r * i64(RUN))
+            width = T.bind(tirx.min(i64(RUN), i64(Q) - start))
+            acc = proxy(scratch((S, RUN), cdt))
+            with T.serial(0, width) as j:
                 for ax in range(S):
-                    total = None
-                    for picks in _GRAD_TERMS[S][ax]:     # {other axis: low/high}, Paddle's order
-                        hi, lo_ = [0] * S, [0] * S
-                        w = None
-                        for a in sorted(picks):
-                            hi[a] = lo_[a] = picks[a]
-                            wa = DHI[a][n, o] if picks[a] else DLO[a][n, o]
-                            w = wa if w is None else w * wa
-                        hi[ax], lo_[ax] = 1, 0
-                        term = (v(tuple(hi)) - v(tuple(lo_))) * w
-                        total = term if total is None else total + term
-                    accs[ax][0] = accs[ax][0] + total * g
-            # a NaN coordinate reaches no corner: the whole point's grid_grad is NaN
-            lost = tirx.any(*[tirx.isnan(to_compute(GRID[n, o, a], dt)) for a in range(S)])
-            for ax in range(S):
-                O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), accs[ax][0] * SC[ax][n, o]),
-                                   dt.storage)
+                    acc[ax, j] = zero
+            with T.serial(0, i64(C)) as k:
+                with T.serial(0, width) as j:
+                    o = start + j
+                    ids = {pick: IDX[pick][n, o] for pick in IDX}
+                    for ax, t in enumerate(terms(n, o, k, ids)):
+                        acc[ax, j] = acc[ax, j] + t
+            with T.serial(0, width) as j:
+                finish(n, start + j, [acc[ax, j] for ax in range(S)])
 
-        body.block("grid_grad", blk, par=[N, Q], reads=list(ins), writes=list(outs))
+        on_cuda = ctx.on_cuda()
+        body.block("grid_grad", per_point, par=[N, Q], reads=list(ins), writes=list(outs),
+                   when=on_cuda == 1)
+        body.block("grid_grad_cpu", per_run, par=[N, ceildiv(Q, RUN)], reads=list(ins),
+                   writes=list(outs), when=on_cuda == 0)
 
     idx_tabs = list(cw_of.values())
     (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],

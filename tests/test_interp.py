@@ -324,6 +324,24 @@ def test_grid_sample_dtypes(dtype):
         check("grid_sample_grad", inputs, attrs, dtype)
 
 
+@pytest.mark.parametrize("S", [2, 3])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_grid_sample_grid_grad_over_several_runs(S, dtype):
+    """The CPU grid_grad sums channel by channel over runs of RUN output positions: two whole runs
+    and a partial one, each point's sum matching Paddle's (channel order kept)."""
+    from te_defs.interp import RUN
+    osp = [(9, 15), (3, 5, 9)][S - 2]
+    Q = int(np.prod(osp))
+    assert Q > 2 * RUN and Q % RUN
+    r = rng(4)
+    sp = [(6, 5), (4, 6, 5)][S - 2]
+    inputs = {"x": r.standard_normal((2, 5, *sp)), "grid": r.uniform(-1.2, 1.2, (2, *osp, S)),
+              "out_grad": r.standard_normal((2, 5, *osp))}
+    for pad in ("zeros", "reflection"):
+        check("grid_sample_grad", inputs,
+              dict(mode="bilinear", padding_mode=pad, align_corners=False), dtype)
+
+
 def test_grid_sample_pixel_centres_and_ties():
     """Grids on exact pixel positions (floor decides the cell, so grid_grad depends on the
     rounding of (g+1)·(S−1)/2), half-way ties for nearest (Paddle rounds half to even) and the
