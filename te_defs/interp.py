@@ -673,6 +673,13 @@ def _round_even(v):
     return r + where(up, c(1.0), c(0.0))
 
 
+def _nonzero(extent):
+    """A parallel extent of at least 1 (the block skips its one step when it is 0): TVM bounds the
+    intermediate tables through the fused loop index, divided by the inner extent, before any
+    guard around the block (SIGFPE for a size-0 extent, even with the guard known)."""
+    return tirx.max(i64(extent), i64(1))
+
+
 def _grid_coords(grid, dt, axis, size, pad, ac, cdt, name):
     """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
     2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
@@ -817,6 +824,11 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
 
         def blk(Pv, _S):
             n, ch = Pv[0], Pv[1]
+            with T.If(ch < i64(C)):           # (C = 0: the one channel of _nonzero(C))
+                with T.Then():
+                    plane(n, ch)
+
+        def plane(n, ch):
             with T.serial(0, i64(P)) as p:
                 O[n, ch, p] = const(0.0, od)
             with T.serial(0, i64(Q)) as o:
@@ -834,7 +846,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                         with T.Then():
                             O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
 
-        body.block("scatter", blk, par=[N, C], reads=list(ins), writes=list(outs))
+        body.block("scatter", blk, par=[N, _nonzero(C)], reads=list(ins), writes=list(outs))
 
     (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen, lanes=False)
     x_grad = cast_to(acc, dt, "x_grad")
@@ -895,6 +907,11 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
         def per_point(Pv, _S):
             """CUDA: one thread per output position sums over the channels."""
             n, o = Pv[0], Pv[1]
+            with T.If(o < i64(Q)):            # (Q = 0: the one position of _nonzero(Q))
+                with T.Then():
+                    point(n, o)
+
+        def point(n, o):
             accs = [proxy(scratch((1,), cdt, word_aligned=True)) for _ in range(S)]
             for a in accs:
                 a[0] = zero
@@ -925,10 +942,10 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                 finish(n, start + j, [acc[ax, j] for ax in range(S)])
 
         on_cuda = ctx.on_cuda()
-        body.block("grid_grad", per_point, par=[N, Q], reads=list(ins), writes=list(outs),
-                   when=on_cuda == 1)
-        body.block("grid_grad_cpu", per_run, par=[N, ceildiv(Q, RUN)], reads=list(ins),
-                   writes=list(outs), when=on_cuda == 0)
+        body.block("grid_grad", per_point, par=[N, _nonzero(Q)], reads=list(ins),
+                   writes=list(outs), when=on_cuda == 1)
+        body.block("grid_grad_cpu", per_run, par=[N, _nonzero(ceildiv(Q, RUN))], reads=list(ins),
+                   writes=list(outs), when=on_cuda == 0)      # (Q = 0: runs of width 0)
 
     idx_tabs = list(cw_of.values())
     (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],

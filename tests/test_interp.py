@@ -342,6 +342,44 @@ def test_grid_sample_grid_grad_over_several_runs(S, dtype):
               dict(mode="bilinear", padding_mode=pad, align_corners=False), dtype)
 
 
+GRID_EMPTY = [  # S, N, C, x spatial, grid output size
+    (2, 2, 3, (5, 6), (1, 0)), (3, 2, 3, (4, 5, 6), (1, 1, 0)), (2, 2, 0, (5, 6), (3, 70)),
+    (3, 2, 0, (4, 5, 6), (1, 1, 70)), (2, 0, 3, (5, 6), (3, 4)), (2, 2, 3, (0, 6), (3, 4))]
+
+
+def test_grid_sample_empty_in_a_child_process():
+    """Size-0 output positions, channels, batch or input rows, both modes: x_grad and grid_grad
+    of the right shapes, all zero (the sums are empty). In a child process: a size-0 extent
+    once divided by zero (SIGFPE) computing the sizes of the kernel's tables."""
+    import json
+    import subprocess
+    import sys
+    code = (
+        "import json, sys, numpy as np, tvmgrad\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from test_interp import GRID_EMPTY\n"
+        "out = []\n"
+        "for S, N, C, sp, osp in GRID_EMPTY:\n"
+        "    for mode in ('bilinear', 'nearest'):\n"
+        "        r = np.random.default_rng(0)\n"
+        "        ins = {'x': r.standard_normal((N, C, *sp)),\n"
+        "               'grid': r.uniform(-1, 1, (N, *osp, S)),\n"
+        "               'out_grad': r.standard_normal((N, C, *osp))}\n"
+        "        res = tvmgrad.run('grid_sample_grad', ins, {'mode': mode, 'padding_mode': 'zeros',\n"
+        "                                                        'align_corners': False})\n"
+        "        out.append({k: [list(v.shape), bool(v.any())] for k, v in res.items()})\n"
+        "print(json.dumps(out))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    got = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
+    for S, N, C, sp, osp in GRID_EMPTY:
+        for mode in ("bilinear", "nearest"):
+            res = next(got)
+            assert res["x_grad"] == [[N, C, *sp], False], (S, N, C, sp, osp, mode, res)
+            assert res["grid_grad"] == [[N, *osp, S], False], (S, N, C, sp, osp, mode, res)
+
+
 def test_grid_sample_pixel_centres_and_ties():
     """Grids on exact pixel positions (floor decides the cell, so grid_grad depends on the
     rounding of (g+1)·(S−1)/2), half-way ties for nearest (Paddle rounds half to even) and the
