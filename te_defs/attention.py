@@ -483,8 +483,8 @@ def _check_flash_padded(call, q_name="q", k_name="k", v_name="v", packed=False):
         Sk, Hk = k[1], k[2]
         _expect(call, k_name, (B, Sk, Hk, D), f" ({q_name!r}'s batch and head_dim)")
         _expect(call, v_name, (B, Sk, Hk, D), f" ({k_name!r}'s shape)")
-        if Hk == 0 or H % Hk:
-            fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
+        if Hk == 0 or H == 0 or H % Hk:      # (each kv head serves G >= 1 query heads)
+            fail(op, f"q's num_heads {H} must be a positive multiple of k's num_heads {Hk}")
         G = H // Hk
     _head_dim(call, "qkv" if packed else q_name, D)
     src = "'qkv'" if packed else repr(q_name)
@@ -686,8 +686,8 @@ def _describe_varlen(call, outs, packed=False):
         Tk, Hk = k[0], k[1]
         _expect(call, "k", (Tk, Hk, D), " ('q's head_dim)")
         _expect(call, "v", (Tk, Hk, D), " ('k's shape)")
-        if Hk == 0 or H % Hk:
-            fail(op, f"q's num_heads {H} must be a multiple of k's num_heads {Hk}")
+        if Hk == 0 or H == 0 or H % Hk:      # (each kv head serves G >= 1 query heads)
+            fail(op, f"q's num_heads {H} must be a positive multiple of k's num_heads {Hk}")
         G = H // Hk
         _head_dim(call, "q", D)
     src = "'qkv'" if packed else "'q'"

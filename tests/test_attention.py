@@ -361,9 +361,16 @@ def test_errors():
     inputs, _ = _flash_case("float32", 1, 4, 4, 2, 2, 8)
     with pytest.raises(ValueError, match="flash_attn_grad: attribute 'dropout'"):
         tvmgrad.run("flash_attn_grad", inputs, {"dropout": 0.1})
-    with pytest.raises(ValueError, match="flash_attn_grad: q's num_heads 2 must be a multiple"):
+    with pytest.raises(ValueError, match="flash_attn_grad: q's num_heads 2 must be a positive "
+                                         "multiple of k's num_heads 3"):
         tvmgrad.run("flash_attn_grad", {**inputs, "k": np.zeros((1, 4, 3, 8), np.float32),
                                         "v": np.zeros((1, 4, 3, 8), np.float32)})
+    # no query heads for k's two (G = 0 divided by zero sizing the call)
+    no_heads = {n: np.zeros((1, 4, 0, 8), np.float32) for n in ("q", "out", "out_grad")}
+    with pytest.raises(ValueError, match="flash_attn_grad: q's num_heads 0 must be a positive "
+                                         "multiple of k's num_heads 2"):
+        tvmgrad.run("flash_attn_grad", {**inputs, **no_heads,
+                                        "softmax_lse": np.zeros((1, 0, 4), np.float32)})
     with pytest.raises(ValueError, match="flash_attn_grad: input 'softmax_lse'"):
         tvmgrad.run("flash_attn_grad", {**inputs, "softmax_lse": np.zeros((1, 2, 3), np.float32)})
     with pytest.raises(ValueError, match="flash_attn_grad: input 'attn_mask'"):
