@@ -36,6 +36,14 @@ def ceildiv(a, b):
     return tirx.truncdiv(i64(a) + i64(b) - 1, i64(b))
 
 
+def at_least_one(extent):
+    """A parallel extent of at least 1, for a unit loop whose one step does nothing when the
+    real extent is 0 (it skips itself, or its inner loops are empty): TVM sizes the buffers a
+    kernel allocates through the fused parallel index divided by the inner extents, at the
+    kernel's entry, before any guard (a size-0 extent: SIGFPE)."""
+    return tirx.max(i64(extent), i64(1))
+
+
 def region(buf):
     """The whole of ``buf`` as a BufferRegion (a block's declared read/write set)."""
     from tvm import ir

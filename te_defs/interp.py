@@ -62,7 +62,7 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import acc_dtype, cast_to, ceildiv, extern, i64, proxy, scratch
+from ._extern import acc_dtype, at_least_one, cast_to, ceildiv, extern, i64, proxy, scratch
 from ._math import cast, const, f32, f64, mul_f32, where
 from ._plan import fail, host_array
 
@@ -673,13 +673,6 @@ def _round_even(v):
     return r + where(up, c(1.0), c(0.0))
 
 
-def _nonzero(extent):
-    """A parallel extent of at least 1 (the block skips its one step when it is 0): TVM bounds the
-    intermediate tables through the fused loop index, divided by the inner extent, before any
-    guard around the block (SIGFPE for a size-0 extent, even with the guard known)."""
-    return tirx.max(i64(extent), i64(1))
-
-
 def _grid_coords(grid, dt, axis, size, pad, ac, cdt, name):
     """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
     2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
@@ -824,7 +817,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
 
         def blk(Pv, _S):
             n, ch = Pv[0], Pv[1]
-            with T.If(ch < i64(C)):           # (C = 0: the one channel of _nonzero(C))
+            with T.If(ch < i64(C)):           # (C = 0: the one channel of at_least_one(C))
                 with T.Then():
                     plane(n, ch)
 
@@ -846,7 +839,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                         with T.Then():
                             O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
 
-        body.block("scatter", blk, par=[N, _nonzero(C)], reads=list(ins), writes=list(outs))
+        body.block("scatter", blk, par=[N, at_least_one(C)], reads=list(ins), writes=list(outs))
 
     (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen, lanes=False)
     x_grad = cast_to(acc, dt, "x_grad")
@@ -907,7 +900,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
         def per_point(Pv, _S):
             """CUDA: one thread per output position sums over the channels."""
             n, o = Pv[0], Pv[1]
-            with T.If(o < i64(Q)):            # (Q = 0: the one position of _nonzero(Q))
+            with T.If(o < i64(Q)):            # (Q = 0: the one position of at_least_one(Q))
                 with T.Then():
                     point(n, o)
 
@@ -942,10 +935,10 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                 finish(n, start + j, [acc[ax, j] for ax in range(S)])
 
         on_cuda = ctx.on_cuda()
-        body.block("grid_grad", per_point, par=[N, _nonzero(Q)], reads=list(ins),
+        body.block("grid_grad", per_point, par=[N, at_least_one(Q)], reads=list(ins),
                    writes=list(outs), when=on_cuda == 1)
-        body.block("grid_grad_cpu", per_run, par=[N, _nonzero(ceildiv(Q, RUN))], reads=list(ins),
-                   writes=list(outs), when=on_cuda == 0)      # (Q = 0: runs of width 0)
+        body.block("grid_grad_cpu", per_run, par=[N, at_least_one(ceildiv(Q, RUN))],
+                   reads=list(ins), writes=list(outs), when=on_cuda == 0)   # (Q = 0: width 0)
 
     idx_tabs = list(cw_of.values())
     (grid_grad,) = extern("grid_grad", [([N, Q, S], dt.storage)],

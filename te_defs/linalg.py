@@ -26,7 +26,7 @@ from tvmgrad.families.complex import Complex
 from tvmgrad.families.linalg import Core, linalg_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import CW, ceildiv, i64, scratch, units
+from ._extern import CW, at_least_one, ceildiv, i64, scratch, units
 
 __all__ = ["Mx", "inp", "vec", "sca", "finish", "finish_vec", "eye", "zeros", "trsm", "lu",
            "lu_solve", "scalar_of", "cmul", "cdiv", "cconj", "creal", "lift_to", "select"]
@@ -446,7 +446,7 @@ def trsm(a: Mx, b: Mx, *, lower: bool, trans: str = "N", unit: bool = False, nam
                         X[(*bt, i, c)] = acc.get() if unit else cdiv(acc.get(), m_at(bt, i, i))
         with IRBuilder() as cpu:
             with T.If(on_cuda == 0), T.Then():
-                strips = ceildiv(k, CW)
+                strips = at_least_one(ceildiv(k, CW))    # (k = 0: one strip of width 0)
                 with units(name, list(ins[1].shape[:nb]) + [strips]) as vs:
                     bt, c0 = vs[:nb], vs[nb] * i64(CW)
                     width = tirx.min(i64(CW), k - c0)

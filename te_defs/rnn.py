@@ -60,6 +60,11 @@ def _check(call, outs):
                          f"is_test) is supported")
     x = _shape(call.meta("x"))
     T, B, I = x
+    if B == 0:
+        # (cuDNN, Paddle's only kernel, rejects it too; here the kernel's batch-fused loops
+        # would divide by the batch sizing their buffers: SIGFPE)
+        raise ValueError(f"{op}: input 'x' has batch size 0 (shape {list(x)}): an empty batch "
+                         f"is not supported")
     for name in ("init_h", "init_c", "last_h_grad", "last_c_grad"):
         s = _shape(call.meta(name))
         if s != (L * D, B, H):

@@ -160,6 +160,16 @@ def test_cudnn_lstm_grad_empty_sequence():
     assert all((w == 0).all() for w in got["weight_list_grad"])
 
 
+def test_cudnn_lstm_grad_empty_batch_is_a_value_error():
+    """cuDNN rejects an empty batch; here it is a ValueError before any build (the kernel's
+    batch-fused loops divided by it: SIGFPE)."""
+    inputs, attrs = _case(4, T=3, B=2, L=1, bidirec=True)
+    empty = {k: (v[:, :0] if isinstance(v, np.ndarray) and v.ndim == 3 else v)
+             for k, v in inputs.items()}
+    with pytest.raises(ValueError, match=f"{OP}: input 'x' has batch size 0"):
+        tvmgrad.prepare(OP, empty, attrs)
+
+
 def test_cudnn_lstm_grad_bad_input():
     inputs, attrs = _case(5, L=2, bidirec=True)
 
