@@ -305,11 +305,11 @@ def mutations(op: str, inputs: dict, attrs: dict):
                 add(f"index-{tag}:{label}", "index", name, "any" if value_like else expect,
                     index_value)
 
-    # a consistent size-0 call: the first dim of the first tensor becomes 0 wherever it occurs
-    sized = [_get(inputs, n, i) for _, n, i in targets if _get(inputs, n, i).ndim]
-    if sized and sized[0].shape[0] > 1:
-        s = sized[0].shape[0]
-
+    # consistent size-0 calls: each distinct dim size (> 1) becomes 0 wherever it occurs (a
+    # batch, channel, column or head count of 0: a size-0 inner extent once divided by zero
+    # sizing a kernel's buffers, SIGFPE)
+    sizes = sorted({d for _, n, i in targets for d in _get(inputs, n, i).shape if d > 1})
+    for s in sizes:
         def zero_all(s=s):
             def fn(a):
                 if a.ndim == 0 or s not in a.shape:
@@ -317,7 +317,7 @@ def mutations(op: str, inputs: dict, attrs: dict):
                 idx = tuple(slice(0, 0) if d == s else slice(None) for d in a.shape)
                 return _contig(a[idx])
             return _map_all(inputs, fn), attrs
-        add("zero-all", "zero", None, "any", zero_all)
+        add(f"zero-all:{s}", "zero", None, "any", zero_all)
 
     add("layout-strided", "layout", None, "same", lambda: (_map_all(inputs, _strided), attrs))
     add("layout-fortran", "layout", None, "same", lambda: (_map_all(inputs, np.asfortranarray), attrs))
