@@ -232,6 +232,21 @@ CPLX = ("complex64", "complex128")
 INTLIKE = ("bool", "int8", "uint8", "int16", "int32", "int64")
 
 
+def in_child_process(module: str, function: str):
+    """``function()`` of test module ``module`` run in a child Python process, its JSON-able result
+    returned: a kernel that dies of a signal (a size-0 extent dividing by zero: SIGFPE) then fails
+    the calling test instead of killing the test session."""
+    import json
+    import subprocess
+    import sys
+    code = (f"import json, sys; sys.path.insert(0, 'tests'); import {module}; "
+            f"print(json.dumps({module}.{function}()))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def data(dtype, *shape, seed=0):
     """Values of ``dtype``: complex with nonzero imaginary parts, integers in [-100, 100] (uint8:
     [0, 100]; sums of them wrap in int8/uint8), bools half True."""

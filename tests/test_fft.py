@@ -12,7 +12,7 @@ import pytest
 
 import tvmgrad
 from adjoint import inner
-from harness import c_ops, rng
+from harness import c_ops, in_child_process, rng
 
 RTOL = {"complex64": 3e-5, "complex128": 1e-11, "float32": 3e-5, "float64": 1e-11}
 NORMS = ("backward", "forward", "ortho")
@@ -248,27 +248,22 @@ def _empty_call(op, gshape, xshape, axes, extra, norm, forward):
     return inputs, {"axes": axes, "normalization": norm, "forward": forward, **extra}
 
 
+def _empty_shapes():
+    """[shape, dtype] of x_grad for every EMPTY_CASES call (run in a child process)."""
+    out = []
+    for case in EMPTY_CASES:
+        for norm in NORMS:
+            for fw in (True, False):
+                r = tvmgrad.run(case[0], *_empty_call(*case, norm, fw))["x_grad"]
+                out.append([list(r.shape), r.dtype.name])
+    return out
+
+
 def test_empty_signals_in_a_child_process():
     """Every fft grad with a size-0 dim, on a transform axis or not, every normalization and
     direction: the empty grad Paddle gives (shape and dtype compared with Paddle's), computed in
     a child process so that a crash fails this test instead of killing the session."""
-    import subprocess
-    import sys
-    code = (
-        "import numpy as np, tvmgrad, json, sys\n"
-        "sys.path.insert(0, 'tests')\n"
-        "from test_fft import EMPTY_CASES, NORMS, _empty_call\n"
-        "out = []\n"
-        "for case in EMPTY_CASES:\n"
-        "    for norm in NORMS:\n"
-        "        for fw in (True, False):\n"
-        "            r = tvmgrad.run(case[0], *_empty_call(*case, norm, fw))['x_grad']\n"
-        "            out.append([list(r.shape), r.dtype.name])\n"
-        "print(json.dumps(out))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    import json
-    got = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
+    got = iter(in_child_process("test_fft", "_empty_shapes"))
     for case in EMPTY_CASES:
         for norm in NORMS:
             for fw in (True, False):

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import tvmgrad
-from harness import FLOATS, assert_close, c_ops, check, from_paddle, rng, to_paddle
+from harness import (FLOATS, assert_close, c_ops, check, from_paddle, in_child_process, rng,
+                     to_paddle)
 
 OPS = {"linear": "linear_interp_grad", "bilinear": "bilinear_interp_grad",
        "trilinear": "trilinear_interp_grad", "bicubic": "bicubic_interp_grad",
@@ -347,32 +348,25 @@ GRID_EMPTY = [  # S, N, C, x spatial, grid output size
     (3, 2, 0, (4, 5, 6), (1, 1, 70)), (2, 0, 3, (5, 6), (3, 4)), (2, 2, 3, (0, 6), (3, 4))]
 
 
+def _grid_empty_results():
+    """[shape, any nonzero] of each output for every GRID_EMPTY call, both modes."""
+    out = []
+    for S, N, C, sp, osp in GRID_EMPTY:
+        for mode in ("bilinear", "nearest"):
+            r = rng(0)
+            inputs = {"x": r.standard_normal((N, C, *sp)), "grid": r.uniform(-1, 1, (N, *osp, S)),
+                      "out_grad": r.standard_normal((N, C, *osp))}
+            res = tvmgrad.run("grid_sample_grad", inputs,
+                              {"mode": mode, "padding_mode": "zeros", "align_corners": False})
+            out.append({k: [list(v.shape), bool(v.any())] for k, v in res.items()})
+    return out
+
+
 def test_grid_sample_empty_in_a_child_process():
     """Size-0 output positions, channels, batch or input rows, both modes: x_grad and grid_grad
     of the right shapes, all zero (the sums are empty). In a child process: a size-0 extent
     once divided by zero (SIGFPE) computing the sizes of the kernel's tables."""
-    import json
-    import subprocess
-    import sys
-    code = (
-        "import json, sys, numpy as np, tvmgrad\n"
-        "sys.path.insert(0, 'tests')\n"
-        "from test_interp import GRID_EMPTY\n"
-        "out = []\n"
-        "for S, N, C, sp, osp in GRID_EMPTY:\n"
-        "    for mode in ('bilinear', 'nearest'):\n"
-        "        r = np.random.default_rng(0)\n"
-        "        ins = {'x': r.standard_normal((N, C, *sp)),\n"
-        "               'grid': r.uniform(-1, 1, (N, *osp, S)),\n"
-        "               'out_grad': r.standard_normal((N, C, *osp))}\n"
-        "        res = tvmgrad.run('grid_sample_grad', ins, {'mode': mode, 'padding_mode': 'zeros',\n"
-        "                                                        'align_corners': False})\n"
-        "        out.append({k: [list(v.shape), bool(v.any())] for k, v in res.items()})\n"
-        "print(json.dumps(out))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    got = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
+    got = iter(in_child_process("test_interp", "_grid_empty_results"))
     for S, N, C, sp, osp in GRID_EMPTY:
         for mode in ("bilinear", "nearest"):
             res = next(got)

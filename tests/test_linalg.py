@@ -25,7 +25,7 @@ import pytest
 
 import tvmgrad
 from adjoint import inner
-from harness import c_ops, rng
+from harness import c_ops, in_child_process, rng
 
 RTOL = {"float32": 2e-4, "float64": 1e-9, "complex64": 2e-4, "complex128": 1e-9,
         "float16": 2e-2, "bfloat16": 8e-2}
@@ -493,32 +493,27 @@ BATCH_ATTRS = {"matrix_power_grad": {"n": 2}, "cholesky_grad": {"upper": False},
                "eigvalsh_grad": {"uplo": "L", "is_test": False}}
 
 
+SOLVES = (("solve_grad", "x_grad", "y_grad"), ("triangular_solve_grad", "x_grad", "y_grad"),
+          ("cholesky_solve_grad", "y_grad", "x_grad"))      # (op, the matrix's grad, the rhs's)
+
+
+def _no_rhs_results():
+    """{op: {output: [shape, any nonzero]}} of each solve with 0 right-hand sides."""
+    out = {}
+    for op, _, _ in SOLVES:
+        inputs = {k: np.ascontiguousarray(v[..., :0]) if v.shape[-1] == 2 else v
+                  for k, v in BATCH_CASES[op][0]((2,)).items()}
+        res = tvmgrad.run(op, inputs, BATCH_ATTRS.get(op, {}))
+        out[op] = {k: [list(v.shape), bool(v.any())] for k, v in res.items()}
+    return out
+
+
 def test_solves_with_no_right_hand_sides_in_a_child_process():
     """Solves of a system with 0 right-hand sides: the matrix's grad is 0 (an empty sum) and the
     right-hand side's is empty. In a child process: cholesky_solve_grad once divided by its
     0 column strips sizing its buffers (SIGFPE)."""
-    import json
-    import subprocess
-    import sys
-    code = (
-        "import json, sys, numpy as np, tvmgrad\n"
-        "sys.path.insert(0, 'tests')\n"
-        "from test_linalg import BATCH_CASES, BATCH_ATTRS\n"
-        "out = {}\n"
-        "for op in ('solve_grad', 'triangular_solve_grad', 'cholesky_solve_grad'):\n"
-        "    ins = BATCH_CASES[op][0]((2,))\n"
-        "    ins = {k: np.ascontiguousarray(v[..., :0]) if v.shape[-1] == 2 else v\n"
-        "           for k, v in ins.items()}\n"
-        "    r = tvmgrad.run(op, ins, BATCH_ATTRS.get(op, {}))\n"
-        "    out[op] = {k: [list(v.shape), bool(v.any())] for k, v in r.items()}\n"
-        "print(json.dumps(out))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, f"child died (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    for op, matrix, rhs in (("solve_grad", "x_grad", "y_grad"),
-                            ("triangular_solve_grad", "x_grad", "y_grad"),
-                            ("cholesky_solve_grad", "y_grad", "x_grad")):
+    got = in_child_process("test_linalg", "_no_rhs_results")
+    for op, matrix, rhs in SOLVES:
         assert got[op] == {matrix: [[2, 3, 3], False], rhs: [[2, 3, 0], False]}, (op, got[op])
 
 
