@@ -673,6 +673,17 @@ def _round_even(v):
     return r + where(up, c(1.0), c(0.0))
 
 
+def _below(extent, fn):
+    """A block body over par vars (n, i) running ``fn(n, i)`` where i < ``extent``: the one step
+    that ``at_least_one`` gives an empty extent does nothing."""
+    def body(Pv, _S):
+        from tvm.script.ir_builder import tirx as T
+        with T.If(Pv[1] < i64(extent)):
+            with T.Then():
+                fn(Pv[0], Pv[1])
+    return body
+
+
 def _grid_coords(grid, dt, axis, size, pad, ac, cdt, name):
     """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
     2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
@@ -815,12 +826,6 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
         od = outs[0].dtype
         nc = len(corners)
 
-        def blk(Pv, _S):
-            n, ch = Pv[0], Pv[1]
-            with T.If(ch < i64(C)):           # (C = 0: the one channel of at_least_one(C))
-                with T.Then():
-                    plane(n, ch)
-
         def plane(n, ch):
             with T.serial(0, i64(P)) as p:
                 O[n, ch, p] = const(0.0, od)
@@ -839,7 +844,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                         with T.Then():
                             O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
 
-        body.block("scatter", blk, par=[N, at_least_one(C)], reads=list(ins), writes=list(outs))
+        body.block("scatter", _below(C, plane), par=[N, at_least_one(C)], reads=list(ins),
+                   writes=list(outs))
 
     (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen, lanes=False)
     x_grad = cast_to(acc, dt, "x_grad")
@@ -897,14 +903,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                 O[n, o, ax] = cast(where(lost, const(float("nan"), cdt), sums[ax] * SC[ax][n, o]),
                                    dt.storage)
 
-        def per_point(Pv, _S):
+        def per_point(n, o):
             """CUDA: one thread per output position sums over the channels."""
-            n, o = Pv[0], Pv[1]
-            with T.If(o < i64(Q)):            # (Q = 0: the one position of at_least_one(Q))
-                with T.Then():
-                    point(n, o)
-
-        def point(n, o):
             accs = [proxy(scratch((1,), cdt, word_aligned=True)) for _ in range(S)]
             for a in accs:
                 a[0] = zero
@@ -935,7 +935,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                 finish(n, start + j, [acc[ax, j] for ax in range(S)])
 
         on_cuda = ctx.on_cuda()
-        body.block("grid_grad", per_point, par=[N, at_least_one(Q)], reads=list(ins),
+        body.block("grid_grad", _below(Q, per_point), par=[N, at_least_one(Q)], reads=list(ins),
                    writes=list(outs), when=on_cuda == 1)
         body.block("grid_grad_cpu", per_run, par=[N, at_least_one(ceildiv(Q, RUN))],
                    reads=list(ins), writes=list(outs), when=on_cuda == 0)   # (Q = 0: width 0)
