@@ -17,7 +17,7 @@ from __future__ import annotations
 from .analysis import analyze, by_role, loop_letters, top_blocks
 
 __all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units",
-           "units_or_matmuls", "extern_units", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
+           "units_or_matmuls", "extern_units", "annotated_bodies", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
            "ROW_ROLE"]
 
 # The block annotation by which the red_rows builders (te_defs/norm.py, softmax.py, loss.py)
@@ -74,8 +74,17 @@ def attention(sch):
 
 
 def contraction(sch):
+    """Tiled contractions, or (a dense op's per-plane form, te_defs/_conv_planes.py) annotated
+    te.extern blocks, which the ``gather_owners`` rule schedules."""
+    if not by_role(sch, "dense.main") and annotated_bodies(sch):
+        return loop_letters_match(sch)
     return _anchored(sch, bool(by_role(sch, "dense.main")),
                      "tiled contractions (blocks annotated 'dense.main')")
+
+
+def annotated_bodies(sch) -> bool:
+    """Has the function blocks written as annotated bodies (``tvmgrad.loops``)?"""
+    return any(loop_letters(sch, b) is not None for b in top_blocks(sch, open_externs=True))
 
 
 def fused_rows(sch):

@@ -17,6 +17,11 @@ contiguous, bounds-check-free rows:
   computed per sample n (a partial filter per sample, then summed: parallel work and cache-sized
   operands) with x in a channel-last, phase-split source.
 
+Both grads of a channel-first 2-D conv with one input and one output channel per group (a
+depthwise conv without channel multiplier) are instead one pass over each (sample, channel)
+plane (te_defs/_conv_planes.py): the contraction form, its padded copies made for the whole
+batch, moved each activation through memory three times for 9 multiply-adds per element.
+
 The M axis (rows of the broadcast operand) and the vectorised N axis (contiguous in its operand)
 depend on the layout: channel-first layouts vectorise along the last spatial dim and block over
 channels; channel-last ones the other way round; depthwise convolutions (one channel per group)
@@ -43,6 +48,7 @@ from tvmgrad.families.dense import View, dense_op
 
 from tvmgrad.infer_meta import is_symbolic
 
+from . import _conv_planes
 from ._dense import GRAINS, PAD_K, ceil_to, grain, load, main_attrs, store
 from ._plan import fail
 
@@ -684,6 +690,8 @@ def _roles(geom, sz, kinds):
                 out[kind] = (grain(geom.k[-1]), grain(G), gk, True, unfold)
             else:
                 out[kind] = (grain(sz["Og"]), grain(sz["Cg"]), gk, False, unfold)
+    if "data" in kinds and "filter" in kinds:     # both grads of a depthwise conv in one pass
+        out["planes"] = out["data"][3] and _conv_planes.fits(geom, sz)
     return out
 
 
@@ -760,6 +768,10 @@ def _conv_grads(ctx, input, filter, out_grad, need_dx=True, need_dw=True):
     last, S = geom.last, geom.S
     x, dy, w = Act(input, last, dt), Act(out_grad, last, dt), Filt(filter, dt)
     dx_t = dw_t = None
+    if need_dx and need_dw and roles.get("planes"):
+        # one channel per group, channel-first: both grads in one pass over each plane
+        dx_t, total = _conv_planes.plane_grads(input, filter, out_grad, geom, dt, ctx)
+        return dx_t, _filt_out("filter_grad", filter, total, dt)
     if need_dx and need_dw and not last and roles["data"][3] and roles["filter"][3]:
         # a channel-first depthwise conv: both grads read one dyz, the filter grad per plane
         gm, gn, gk, dwise, _ = roles["data"]

@@ -221,10 +221,22 @@ def test_conv3d_grad_dtypes(dtype):
 
 
 DEPTHWISE = {
-    "m1": ((2, 6, 7, 7), (6, 1, 3, 3), attrs2(groups=6, paddings=[1, 1])),
     "m2_s2": ((2, 4, 8, 7), (8, 1, 3, 3), attrs2(groups=4, strides=[2, 2], paddings=[1, 1])),
     "nhwc": ((2, 7, 7, 5), (5, 1, 3, 3), attrs2(groups=5, data_format="NHWC", dilations=[2, 1])),
 }
+# one channel per group, channel-first: both grads per plane (te_defs/_conv_planes.py). Rows of
+# 37 are 4 whole strips of 8 and a partial one; "far_pad" pads more than the window spans (the
+# first dy rows and columns fall outside every dx); "s1x2" skips every other dx column
+PLANES = {
+    "m1": ((2, 6, 7, 7), (6, 1, 3, 3), attrs2(groups=6, paddings=[1, 1])),
+    "wide_dilated": ((2, 5, 9, 37), (5, 1, 3, 3), attrs2(groups=5, paddings=[1, 2], dilations=[2, 1])),
+    "far_pad": ((1, 4, 5, 6), (4, 1, 3, 2), attrs2(groups=4, paddings=[4, 1, 3, 5])),
+    "s1x2_5x3": ((2, 4, 8, 19), (4, 1, 5, 3), attrs2(groups=4, strides=[1, 2], paddings=[2, 1])),
+    "same_s2": ((2, 4, 9, 10), (4, 1, 3, 3), attrs2(groups=4, padding_algorithm="SAME", strides=[2, 2])),
+    "1x1": ((2, 4, 3, 17), (4, 1, 1, 1), attrs2(groups=4)),
+    "unit": ((1, 4, 1, 1), (4, 1, 1, 1), attrs2(groups=4)),
+}
+DEPTHWISE.update(PLANES)
 
 
 @pytest.mark.sweep
@@ -232,9 +244,53 @@ DEPTHWISE = {
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_depthwise_conv2d_grad(name, dtype):
     x, w, attrs = DEPTHWISE[name]
-    if dtype != "float64" and name != "m2_s2":
-        return      # every dtype on one configuration; float64 on all
-    check("depthwise_conv2d_grad", conv_inputs(x, w, attrs), attrs, dtype)
+    if dtype != "float64" and name not in ("m2_s2", "wide_dilated"):
+        return      # every dtype on a configuration of each form; float64 on all
+    check("depthwise_conv2d_grad", conv_inputs(x, w, attrs), attrs, dtype,
+          atol=F32_SUM_ATOL if dtype == "float32" else None)
+
+
+def test_depthwise_conv2d_grad_empty_batch():
+    x, w, attrs = PLANES["m1"]
+    out = tvmgrad.run("depthwise_conv2d_grad", conv_inputs((0, *x[1:]), w, attrs), attrs)
+    assert out["input_grad"].shape == (0, *x[1:])
+    np.testing.assert_array_equal(out["filter_grad"], 0)
+    assert out["filter_grad"].shape == w
+
+
+def _planes_cuda_form():
+    """The per-plane kernel's CUDA blocks (a thread per dx element, per tap partial), built for
+    LLVM: the CPU rule made to keep them. In a fresh cache (the key does not see the swap)."""
+    import os
+    import tempfile
+    os.environ["TVMGRAD_CACHE_DIR"] = tempfile.mkdtemp()
+    from tvmgrad.schedules.cpu import gather_owners
+    keep_cpu = gather_owners.specialise
+    gather_owners.specialise = lambda sch, on_cuda: keep_cpu(sch, 1)
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    x, w, attrs = PLANES["m1"]
+    planned = plan_call("depthwise_conv2d_grad", conv_inputs(x, w, attrs), attrs, target="llvm")
+    script = lower(planned.plan, planned.target).script()
+    results = {"blocks": [b for b in ("depthwise_planes", "depthwise_dx", "depthwise_dw")
+                          if f'sblock("{b}")' in script]}
+    for name, (x, w, attrs) in PLANES.items():
+        out = tvmgrad.run("depthwise_conv2d_grad", conv_inputs(x, w, attrs), attrs)
+        results[name] = {k: v.tolist() for k, v in out.items()}
+    return results
+
+
+def test_depthwise_planes_cuda_form_matches_the_cpu_form():
+    """Both forms of te_defs/_conv_planes.py (the CPU one is checked against Paddle above) agree
+    on every PLANES configuration; the CUDA form's math runs here on LLVM."""
+    from harness import in_child_process
+    cuda_form = in_child_process("test_conv", "_planes_cuda_form")
+    assert cuda_form["blocks"] == ["depthwise_dx", "depthwise_dw"]
+    for name, (x, w, attrs) in PLANES.items():
+        cpu_form = tvmgrad.run("depthwise_conv2d_grad", conv_inputs(x, w, attrs), attrs)
+        for k, v in cpu_form.items():
+            np.testing.assert_allclose(cuda_form[name][k], v, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{name}: {k}")
 
 
 # ------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ A contraction whose rows share no operand (a depthwise data grad: each M row,
 a channel, reads its own plane) runs one row of up to 64 lanes at a time instead
 (``_row_contraction``). Every other block (reductions over partial results, elementwise
 stages) gets the generic CPU rules. It fits a function with ``dense.main`` blocks
-(``fits.contraction``).
+(``fits.contraction``), or a dense op's per-plane form (annotated te.extern blocks,
+te_defs/_conv_planes.py), which it hands to ``gather_owners``.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ from __future__ import annotations
 from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
                         top_blocks, uses)
-from ..fits import contraction
+from ..fits import annotated_bodies, contraction
 from ..loops import each_nest, keep_in_registers
 from ..schedule_rule import ScheduleRule
+from . import gather_owners
 from ._isa import VectorUnit, vector_unit
 from ._cropped_stores import bound_cropped_stores
 from ._parallel import parallel, spatial
@@ -61,6 +63,8 @@ def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
 
 
 def schedule(sch, target):
+    if not by_role(sch, "dense.main") and annotated_bodies(sch):
+        return gather_owners.schedule(sch, target)     # a per-plane form (te_defs/_conv_planes)
     unit = vector_unit(target)
     epilogues = []
     for block, _ in by_role(sch, "dense.main"):

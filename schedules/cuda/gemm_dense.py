@@ -18,7 +18,8 @@ The staged axis is the last reduction axis of non-constant extent (channels, or 
 for a filter grad); BK shrinks with the window staged with it so that the tiles fit in shared
 memory. Operand copies (sources) and every other block get the generic
 rules: one thread per element, or the row/column reduction rules. It fits a function with
-``dense.main`` blocks (``fits.contraction``).
+``dense.main`` blocks (``fits.contraction``), or a dense op's per-plane form (annotated
+te.extern blocks, te_defs/_conv_planes.py), which it hands to ``gather_owners``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ import math
 from .. import cuda as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue,
                         indexed_by, is_bound, top_blocks)
-from ..fits import contraction
+from ..fits import annotated_bodies, contraction
 from ..loops import each_nest, fuse, keep_in_registers
 from ..schedule_rule import ScheduleRule
+from . import gather_owners
 from ._threads import check_all_bound
 
 __all__ = ["schedule", "RULE"]
@@ -40,6 +42,8 @@ STAGE = 4096             # elements of one operand's shared tile per reduction s
 
 
 def schedule(sch, target):
+    if not by_role(sch, "dense.main") and annotated_bodies(sch):
+        return gather_owners.schedule(sch, target)     # a per-plane form (te_defs/_conv_planes)
     for block, _ in by_role(sch, "dense.main"):
         _contraction(sch, block)
     for info in each_nest(sch, top_blocks(sch), loopless=generic.NO_LOOP):
