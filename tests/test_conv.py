@@ -234,6 +234,7 @@ PLANES = {
     "s1x2_5x3": ((2, 4, 8, 19), (4, 1, 5, 3), attrs2(groups=4, strides=[1, 2], paddings=[2, 1])),
     "same_s2": ((2, 4, 9, 10), (4, 1, 3, 3), attrs2(groups=4, padding_algorithm="SAME", strides=[2, 2])),
     "1x1": ((2, 4, 3, 17), (4, 1, 1, 1), attrs2(groups=4)),
+    "7x7": ((1, 4, 9, 11), (4, 1, 7, 7), attrs2(groups=4, paddings=[3, 3])),     # 49 partials
     "unit": ((1, 4, 1, 1), (4, 1, 1, 1), attrs2(groups=4)),
 }
 DEPTHWISE.update(PLANES)
