@@ -34,10 +34,10 @@ from __future__ import annotations
 from tvmgrad.infer_meta import is_symbolic
 from tvmgrad.lazy import te, tirx
 
-from ._extern import at_least_one, ceildiv, extern, i64, proxy, scratch, store_as, tc
+from ._extern import at_least_one, ceildiv, extern, i64, proxy, scratch, store_as, tc, within
 from ._math import const, where
 
-LANES = 8       # the strip width of the CPU form: one AVX2 vector (half an AVX-512 one), two NEON ones
+LANES = 8       # the CPU form's strip width: one AVX2 vector (half an AVX-512 one), two NEON ones
 
 
 def fits(geom, sizes) -> bool:
@@ -49,7 +49,8 @@ def fits(geom, sizes) -> bool:
 
 def plane_grads(x, w, dy, geom, dt, ctx):
     """-> (dx in x's view shape, dw summed over the samples in w's shape, compute dtype).
-    ``x``/``w``/``dy``: te placeholders in the conv views (N, G, 1, spatial...) / (G, 1, 1, k...)."""
+    ``x``/``w``/``dy``: te placeholders in the conv views (N, G, 1, spatial...) and
+    (G, 1, 1, k...)."""
     N, G = x.shape[0], x.shape[1]
     I0, I1 = x.shape[3], x.shape[4]
     O0, O1 = dy.shape[3], dy.shape[4]
@@ -67,9 +68,8 @@ def plane_grads(x, w, dy, geom, dt, ctx):
         def wval(g, a, b):
             return tc(Wt[g, 0, 0, a, b], dt)
 
-        def plane(Pv, _S):
+        def plane(n, g):
             """CPU: one (sample, channel) plane."""
-            n, g = Pv
             R = ceildiv(I1, LANES) * i64(LANES)         # x's row, padded to whole strips
             T0, TW = i64(I0) + (K0 - 1) * d0, R + (K1 - 1) * d1
             xp = proxy(scratch((i64(I0), R), cdt))
@@ -155,18 +155,9 @@ def plane_grads(x, w, dy, geom, dt, ctx):
             PART[n, g, a, b] = acc[0]
 
         on_cuda = ctx.on_cuda()
-
-        def within(fn):
-            """``fn`` where the planes exist (``at_least_one`` gives an empty extent one step)."""
-            def run(Pv, S):
-                with T.If(tirx.all(Pv[0] < i64(N), Pv[1] < i64(G))):
-                    with T.Then():
-                        fn(Pv, S)
-            return run
-
         everything = dict(reads=list(ins), writes=list(outs))
-        body.block("depthwise_planes", within(plane), par=[at_least_one(N), at_least_one(G)],
-                   when=on_cuda == 0, **everything)
+        body.block("depthwise_planes", within([N, G], plane),
+                   par=[at_least_one(N), at_least_one(G)], when=on_cuda == 0, **everything)
         body.block("depthwise_dx", dx_element, par=[N, G, I0, I1], when=on_cuda == 1,
                    **everything)
         body.block("depthwise_dw", dw_partial, par=[N, G, K0, K1], when=on_cuda == 1,

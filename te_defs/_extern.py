@@ -44,6 +44,18 @@ def at_least_one(extent):
     return tirx.max(i64(extent), i64(1))
 
 
+def within(extents, fn):
+    """A block body (for a Body made with ``lanes=False``) running ``fn(*par_vars)`` only where
+    each par var is below its extent (None: no bound): the one step that ``at_least_one`` gives an
+    empty extent then does nothing."""
+    def body(Pv, _S):
+        from tvm.script.ir_builder import tirx as T
+        with T.If(tirx.all(*[p < i64(e) for p, e in zip(Pv, extents) if e is not None])):
+            with T.Then():
+                fn(*Pv)
+    return body
+
+
 def region(buf):
     """The whole of ``buf`` as a BufferRegion (a block's declared read/write set)."""
     from tvm import ir

@@ -62,7 +62,8 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.families.sample import Host, sample_op
 from tvmgrad.lazy import te, tirx
 
-from ._extern import acc_dtype, at_least_one, cast_to, ceildiv, extern, i64, proxy, scratch
+from ._extern import (acc_dtype, at_least_one, cast_to, ceildiv, extern, i64, proxy, scratch,
+                      within)
 from ._math import cast, const, f32, f64, mul_f32, where
 from ._plan import fail, host_array
 
@@ -673,17 +674,6 @@ def _round_even(v):
     return r + where(up, c(1.0), c(0.0))
 
 
-def _below(extent, fn):
-    """A block body over par vars (n, i) running ``fn(n, i)`` where i < ``extent``: the one step
-    that ``at_least_one`` gives an empty extent does nothing."""
-    def body(Pv, _S):
-        from tvm.script.ir_builder import tirx as T
-        with T.If(Pv[1] < i64(extent)):
-            with T.Then():
-                fn(Pv[0], Pv[1])
-    return body
-
-
 def _grid_coords(grid, dt, axis, size, pad, ac, cdt, name):
     """Paddle's unnormalised, clipped/reflected coordinate along ``axis`` (0: x/W, 1: y/H,
     2: z/D) and its slope (grid_grad scale), as tables [N, Q] in the compute dtype. Each
@@ -844,7 +834,7 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                         with T.Then():
                             O[n, ch, idx] = O[n, ch, idx] + cast(val, od)
 
-        body.block("scatter", _below(C, plane), par=[N, at_least_one(C)], reads=list(ins),
+        body.block("scatter", within([None, C], plane), par=[N, at_least_one(C)], reads=list(ins),
                    writes=list(outs))
 
     (acc,) = extern("x_grad_acc", [([N, C, P], adt)], [out_grad] + tabs, gen, lanes=False)
@@ -935,8 +925,8 @@ def grid_sample_grad(x, grid, out_grad, mode, padding_mode, align_corners, ctx):
                 finish(n, start + j, [acc[ax, j] for ax in range(S)])
 
         on_cuda = ctx.on_cuda()
-        body.block("grid_grad", _below(Q, per_point), par=[N, at_least_one(Q)], reads=list(ins),
-                   writes=list(outs), when=on_cuda == 1)
+        body.block("grid_grad", within([None, Q], per_point), par=[N, at_least_one(Q)],
+                   reads=list(ins), writes=list(outs), when=on_cuda == 1)
         body.block("grid_grad_cpu", per_run, par=[N, at_least_one(ceildiv(Q, RUN))],
                    reads=list(ins), writes=list(outs), when=on_cuda == 0)   # (Q = 0: width 0)
 
