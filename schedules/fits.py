@@ -17,7 +17,8 @@ from __future__ import annotations
 from .analysis import analyze, by_role, loop_letters, top_blocks
 
 __all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units",
-           "units_or_matmuls", "extern_units", "annotated_bodies", "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
+           "units_or_matmuls", "extern_units", "annotated_bodies", "per_plane_form",
+           "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
            "ROW_ROLE"]
 
 # The block annotation by which the red_rows builders (te_defs/norm.py, softmax.py, loss.py)
@@ -76,10 +77,16 @@ def attention(sch):
 def contraction(sch):
     """Tiled contractions, or (a dense op's per-plane form, te_defs/_conv_planes.py) annotated
     te.extern blocks, which the ``gather_owners`` rule schedules."""
-    if not by_role(sch, "dense.main") and annotated_bodies(sch):
+    if per_plane_form(sch):
         return loop_letters_match(sch)
     return _anchored(sch, bool(by_role(sch, "dense.main")),
                      "tiled contractions (blocks annotated 'dense.main')")
+
+
+def per_plane_form(sch) -> bool:
+    """Is this a dense op's per-plane form (te_defs/_conv_planes.py): annotated te.extern bodies
+    and no tiled contraction? The dense rules hand it to ``gather_owners``."""
+    return not by_role(sch, "dense.main") and annotated_bodies(sch)
 
 
 def annotated_bodies(sch) -> bool:

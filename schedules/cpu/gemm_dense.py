@@ -37,7 +37,7 @@ from __future__ import annotations
 from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
                         top_blocks, uses)
-from ..fits import annotated_bodies, contraction
+from ..fits import contraction, per_plane_form
 from ..loops import each_nest, keep_in_registers
 from ..schedule_rule import ScheduleRule
 from . import gather_owners
@@ -63,8 +63,8 @@ def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
 
 
 def schedule(sch, target):
-    if not by_role(sch, "dense.main") and annotated_bodies(sch):
-        return gather_owners.schedule(sch, target)     # a per-plane form (te_defs/_conv_planes)
+    if per_plane_form(sch):
+        return gather_owners.schedule(sch, target)
     unit = vector_unit(target)
     epilogues = []
     for block, _ in by_role(sch, "dense.main"):

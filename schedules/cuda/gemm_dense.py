@@ -29,7 +29,7 @@ import math
 from .. import cuda as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue,
                         indexed_by, is_bound, top_blocks)
-from ..fits import annotated_bodies, contraction
+from ..fits import contraction, per_plane_form
 from ..loops import each_nest, fuse, keep_in_registers
 from ..schedule_rule import ScheduleRule
 from . import gather_owners
@@ -42,8 +42,8 @@ STAGE = 4096             # elements of one operand's shared tile per reduction s
 
 
 def schedule(sch, target):
-    if not by_role(sch, "dense.main") and annotated_bodies(sch):
-        return gather_owners.schedule(sch, target)     # a per-plane form (te_defs/_conv_planes)
+    if per_plane_form(sch):
+        return gather_owners.schedule(sch, target)
     for block, _ in by_role(sch, "dense.main"):
         _contraction(sch, block)
     for info in each_nest(sch, top_blocks(sch), loopless=generic.NO_LOOP):
