@@ -540,7 +540,7 @@ def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     dim (seen as (N·C, D, H, W) or (N, D, H, W, C)): constant is a shifted copy; reflect adds at
     most two mirror images per dim; replicate adds the border rows to the edge elements;
     circular adds every wrap-around copy. One pass over x_grad: the choice of D and H sources
-    is a per-row scalar (a select of whole rows), and W, where it is the contiguous dim, is the
+    is a per-row scalar (a branch: a row's mirror images are loaded only where they exist), and W, where it is the contiguous dim, is the
     shifted row plus one row-level term per border position o (added to the one element o maps
     to), so the row stays a contiguous vector load (no per-element gather). Replicate and
     circular pads are static (a kernel per padding), reflect's W pads too where enumerated."""
@@ -562,8 +562,12 @@ def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     if inner_pads is not None:                                  # W enumerated: static pads
         inner = (3, *inner_pads, x.shape[3])
         active = [e for e in active if e[0] != 3]
+    # the contiguous dim a shifted row (vector steps) unless its pads are per element: NCDHW's W
+    # too wide to enumerate (an element-wise gather, whose conditions the row's loop partition
+    # would split the loop by, each in turn)
+    rows = len(x.shape) == 5 or all(d != 3 for d, *_ in active)
     return te.compute(x.shape, _pad_body(out_grad, active, inner, mode, dt.storage),
-                      name="x_grad", attrs={"gather_sums.rows": 1})
+                      name="x_grad", attrs={"gather_sums.rows": 1} if rows else {})
 
 
 def _border_sources(mode, a, b, n):
@@ -608,9 +612,12 @@ def _pad_body(src, dims, inner, mode, out_dtype):
                     valid = ok if valid is None else tirx.all(valid, ok)
                 if col is not None:
                     idx[inner[0]] = col
-                v = tirx.Var(f"v{len(lets)}", compute)   # a let-bound load keeps the select a select
-                lets.append((v, load(src, *idx)))
-                term = v if valid is None else tirx.Select(valid, v, tirx.const(0, compute))
+                if valid is None:        # a let-bound load: read once for the row and its borders
+                    v = tirx.Var(f"v{len(lets)}", compute)
+                    lets.append((v, load(src, *idx)))
+                    term = v
+                else:                    # a branch on a row-level flag: no load where it is off
+                    term = tirx.if_then_else(valid, load(src, *idx), tirx.const(0, compute))
                 acc = term if acc is None else acc + term
             return acc
 

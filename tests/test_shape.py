@@ -404,6 +404,19 @@ def test_pad3d_modes_layouts_and_adjoint(mode, fmt, pads):
                    lambda w: _grad("pad3d_grad", {"x": x, "out_grad": w}, attrs, "x_grad"), x, g)
 
 
+@pytest.mark.parametrize("fmt,shape,pads", [
+    ("NCDHW", (2, 3, 5, 6, 37), [3, 2, 2, 1, 1, 3]),     # rows of 2 vectors and a tail (W enumerated)
+    ("NCDHW", (1, 2, 4, 3, 40), [17, 18, 1, 0, 0, 2]),    # W pads too wide to enumerate
+    ("NDHWC", (2, 4, 5, 6, 37), [2, 1, 1, 3, 3, 0])])     # channel rows
+def test_pad3d_reflect_grad_long_rows(fmt, shape, pads):
+    """Reflect's mirror terms are branches on each row's position: a row with none, one or two
+    mirrors in D and H, vector steps of a row and its tail all match Paddle."""
+    x = _n(*shape)
+    attrs = {"paddings": pads, "mode": "reflect", "pad_value": 0.0, "data_format": fmt}
+    g = _n(*_np_pad(x, pads, "reflect", fmt).shape, seed=3)
+    check("pad3d_grad", {"x": x, "out_grad": g}, attrs, "float32")
+
+
 def test_pad3d_constant_value_keeps_double_precision_like_paddle():
     x = _n(1, 1, 1, 1, 2)
     attrs = {"paddings": [1, 0, 0, 0, 0, 0], "mode": "constant", "pad_value": 0.1, "data_format": "NCDHW"}
