@@ -540,9 +540,10 @@ def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     dim (seen as (N·C, D, H, W) or (N, D, H, W, C)): constant is a shifted copy; reflect adds at
     most two mirror images per dim; replicate adds the border rows to the edge elements;
     circular adds every wrap-around copy. One pass over x_grad: the choice of D and H sources
-    is a per-row scalar (a branch: a row's mirror images are loaded only where they exist), and W, where it is the contiguous dim, is the
-    shifted row plus one row-level term per border position o (added to the one element o maps
-    to), so the row stays a contiguous vector load (no per-element gather). Replicate and
+    is a per-row scalar (a branch: a row's mirror images are loaded only where they exist),
+    and W, where it is the contiguous dim, is the shifted row plus one row-level term per
+    border position o (added to the one element o maps to), so the row stays a contiguous
+    vector load (no per-element gather). Replicate and
     circular pads are static (a kernel per padding), reflect's W pads too where enumerated."""
     mode, (extra, inner_pads) = mode
     if mode in ("constant", "reflect"):
