@@ -563,9 +563,9 @@ def pad3d_grad(x, out_grad, paddings, mode, pad_value, data_format):
     if inner_pads is not None:                                  # W enumerated: static pads
         inner = (3, *inner_pads, x.shape[3])
         active = [e for e in active if e[0] != 3]
-    # the contiguous dim a shifted row (vector steps) unless its pads are per element: NCDHW's W
-    # too wide to enumerate (an element-wise gather, whose conditions the row's loop partition
-    # would split the loop by, each in turn)
+    # rows in vector steps (gather_sums.rows) unless the contiguous dim's pads are per element:
+    # NCDHW's W too wide to enumerate is an element-wise gather, and the row rule's loop
+    # partition would split the row loop by each of its conditions in turn
     rows = len(x.shape) == 5 or all(d != 3 for d, *_ in active)
     return te.compute(x.shape, _pad_body(out_grad, active, inner, mode, dt.storage),
                       name="x_grad", attrs={"gather_sums.rows": 1} if rows else {})
@@ -593,9 +593,10 @@ def _pad_map(mode, p, n):
 
 def _pad_body(src, dims, inner, mode, out_dtype):
     """pad3d_grad's element: the sum over every combination of the sources of the padded dims
-    ``dims`` = [(d, a, b, n)] (loads clamped into bounds, let-bound and selected by validity:
-    no branches), taken at the shifted contiguous position and, with ``inner`` = (d, a, b, n),
-    at each of its border positions (a row-level scalar added where it maps to)."""
+    ``dims`` = [(d, a, b, n)] (loads clamped into bounds; the always-valid one let-bound, each
+    other a branch on its row-level validity, so a row loads no mirror image it lacks), taken
+    at the shifted contiguous position and, with ``inner`` = (d, a, b, n), at each of its
+    border positions (a row-level scalar added where it maps to)."""
     compute = dt_of(src).compute
 
     def body(*i):
