@@ -1,5 +1,6 @@
-"""Streaming (non-temporal) stores of large flat pointwise kernels (tvmgrad/streaming.py): opt-in,
-the same results as the ordinary kernel, stores marked only in the kernel body."""
+"""Streaming (non-temporal) stores of large flat pointwise kernels and row kernels (norm grads)
+(tvmgrad/streaming.py): opt-in, the same results as the ordinary kernel, stores marked only in
+the kernel body and, for a row kernel, only into its outputs."""
 
 import os
 import re
@@ -171,6 +172,93 @@ def test_streamed_only_onto_aligned_outputs_already_in_memory(stream_from_1k):
     assert kernel.last == "plain"
     del untouched
     fresh.close()
+
+
+def _layer_norm_inputs(rows, cols, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype("float32")
+    return {"x": x, "scale": rng.uniform(0.5, 1.5, cols).astype("float32"),
+            "bias": np.zeros(cols, "float32"), "mean": x.mean(1), "variance": x.var(1),
+            "out_grad": rng.standard_normal((rows, cols)).astype("float32")}
+
+
+def _group_norm_inputs(n, c, hw, groups, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((n, c, hw)) * 2 + 0.5).astype("float32")
+    g = x.reshape(n, groups, -1)
+    return ({"x": x, "scale": rng.uniform(0.5, 1.5, c).astype("float32"),
+             "bias": np.zeros(c, "float32"), "y": x, "mean": g.mean(2), "variance": g.var(2),
+             "y_grad": rng.standard_normal(x.shape).astype("float32")},
+            {"epsilon": 1e-5, "groups": groups, "data_format": "NCHW"})
+
+
+@pytest.mark.parametrize("op,inputs,attrs,rows", [
+    ("layer_norm_grad", _layer_norm_inputs(64, 256), {"begin_norm_axis": 1}, 256),
+    ("group_norm_grad", *_group_norm_inputs(6, 8, 48, 4), 48),
+])
+def test_row_kernels_stream_with_their_rows_baked_in(stream_from_1k, monkeypatch, op, inputs,
+                                                     attrs, rows):
+    """A norm grad whose rows are a whole number of 64-byte vectors streams: its variant is
+    built for that row length (so LLVM proves the row's vector stores aligned) and serves only
+    calls of that length; others run the ordinary kernel."""
+    launch = _prepare(op, inputs, attrs)
+    plan = launch.plan
+    assert plan.stream and plan.baked and {size for _, _, size in plan.baked} == {rows}
+    assert isinstance(launch.function, streaming.Streaming)
+    got = launch()
+    assert launch.function.last == "streamed"
+    monkeypatch.setenv(streaming.ENV, "off")
+    plain = _prepare(op, inputs, attrs)
+    assert not plain.plan.stream and plain.plan.variant_key == plan.variant_key
+    want = plain()
+    for name in want:              # the same sums, maybe in another order (rows of a known length)
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5,
+                                   atol=1e-6 * np.abs(want[name]).max())
+    longer = ({k: (np.concatenate([v, v[..., :16]], -1) if v.shape == inputs["x"].shape else v)
+               for k, v in inputs.items()} if op == "layer_norm_grad" else None)
+    if longer is not None:            # the same launch on rows of another length: the ordinary kernel
+        longer["scale"] = np.concatenate([inputs["scale"], inputs["scale"][:16]])
+        longer["bias"] = np.zeros(rows + 16, "float32")
+        got = launch(longer)
+        assert launch.function.last == "plain"
+        want = plain(longer)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_rows_of_a_length_off_the_vectors_do_not_stream(stream_from_1k):
+    plan = planning.plan_call("layer_norm_grad", _layer_norm_inputs(64, 250), target="llvm").plan
+    assert plan.stream_bytes is None and not plan.stream
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils' objdump")
+def test_a_row_kernel_has_nontemporal_stores(stream_from_1k):
+    launch = _prepare("layer_norm_grad", _layer_norm_inputs(64, 256, seed=1))
+    path = default_cache.entry_path(launch.plan, launch.op.impl, launch.target)
+    code = subprocess.run(["objdump", "-d", str(path)], capture_output=True, text=True, check=True)
+    assert "vmovntp" in code.stdout
+
+
+def test_only_stores_into_the_outputs_are_marked():
+    ll = "\n".join([
+        "define internal fastcc i32 @kernel_compute_(ptr noalias align 64 %out, ptr %scratch) {",
+        "  %1 = getelementptr inbounds float, ptr %out, i64 %i",
+        "  %2 = getelementptr inbounds float, ptr %1, i64 16",
+        "  %3 = getelementptr inbounds float, ptr %scratch, i64 %i",
+        "  store <16 x float> %v, ptr %2, align 64, !tbaa !1",
+        "  store <16 x float> %v, ptr %3, align 64, !tbaa !2",
+        "  store <16 x float> %v, ptr %out, align 64",
+        "}",
+        "define internal fastcc i32 @other_(ptr %out2) {",
+        "  %2 = getelementptr inbounds float, ptr %scratch, i64 %i",
+        "  store <16 x float> %v, ptr %2, align 64",
+        "}"])
+    text, marked = streaming.mark_nontemporal(ll, ["out"])
+    assert marked == 2
+    lines = text.splitlines()
+    assert "!nontemporal" in lines[4] and "!nontemporal" in lines[6]
+    assert "!nontemporal" not in lines[5] and "!nontemporal" not in lines[10]
+    assert streaming.mark_nontemporal(ll)[1] == 4                  # no names: every store
 
 
 @pytest.mark.parametrize("op,names,attrs", [

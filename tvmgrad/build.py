@@ -112,7 +112,10 @@ def compile_plans(plans: list[Plan], target: Resolved):
         raise ValueError(f"streamed kernels {sorted(streams)} are compiled each on its own (their "
                          f"IR is rewritten whole), not with {sorted(set(funcs) - streams)}")
     from .streaming import recompile
-    return recompile(compile_lowered(funcs, target).mod)
+    (plan,) = {p.symbol: p for p in plans}.values()
+    params = funcs[plan.symbol].params
+    outputs = [params[i].name for i, a in enumerate(plan.args) if a.kind == "output"]
+    return recompile(compile_lowered(funcs, target).mod, outputs)
 
 
 def compile_lowered(funcs: dict, target: Resolved):

@@ -210,7 +210,8 @@ def _stripped(plan: Plan) -> Plan:
     if plan.make is None:
         return plan
     plain = None if plan.plain is None else _stripped(plan.plain)     # a streamed plan's twin
-    return dataclasses.replace(plan, make=_no_make, make_static=None, plain=plain)
+    return dataclasses.replace(plan, make=_no_make, make_static=None, plain=plain,
+                               stream_variant=None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -847,7 +848,7 @@ def _prepare(op, inputs, attrs, target, cache, options, probe: bool = True) -> L
             plain = cache.get(p.plan.plain, p.entry.impl, tgt).function
             outputs = [i for i, a in enumerate(p.plan.args) if a.kind == "output"]
             function = streaming.Streaming(plain, function, outputs, streaming.min_bytes() or 0,
-                                           ALIGN)
+                                           ALIGN, p.plan.baked)
     return Launch(p.entry, p.call, p.plan, p.outputs, tgt, function, data_free=p.data_free)
 
 

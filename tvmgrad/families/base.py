@@ -83,11 +83,18 @@ class Plan:
     tuned_from: tuple | None = None
     # a candidate for streaming stores (tvmgrad/streaming.py): the bytes of output of a kernel
     # that writes each output element once by contiguous vector stores and stores nothing else
-    # in its body; None for every other kernel
+    # in its body (or, with ``stream_variant``, nothing else into its outputs); None for every
+    # other kernel
     stream_bytes: int | None = None
     # a streamed plan (its outputs written by non-temporal stores, CPU): the ordinary plan it was
     # made from (``streaming.streamed``), whose key is its ``variant_key``
     plain: "Plan | None" = field(default=None, repr=False)
+    # a family's own streamed kernel: -> its Plan (a view op's, its rows' length baked in so that
+    # LLVM proves its output vectors aligned); None: this kernel under the stream_stores schedule
+    stream_variant: "Callable[[], Plan] | None" = field(default=None, repr=False)
+    # sizes the kernel was built for beyond its key's symbols: (arg position, axis, size) per
+    # baked dim (a streamed view kernel's rows); a call of other sizes runs its ordinary twin
+    baked: tuple = ()
 
     @property
     def stream(self) -> bool:
