@@ -14,9 +14,9 @@ roles, one loop letter per loop, loops to bind).
 
 from __future__ import annotations
 
-from .analysis import analyze, by_role, loop_letters, top_blocks
+from .analysis import analyze, by_role, const_extent, loop_letters, top_blocks
 
-__all__ = ["attention", "contraction", "flat_elementwise", "fused_rows", "fft_units",
+__all__ = ["attention", "contraction", "streamable_elementwise", "fused_rows", "fft_units",
            "units_or_matmuls", "extern_units", "annotated_bodies", "per_plane_form",
            "loop_letters_match", "plane_loops", "loops_to_bind", "ROW_ROLES",
            "ROW_ROLE"]
@@ -56,13 +56,16 @@ def _units(sch) -> list:
     return out
 
 
-def flat_elementwise(sch):
-    """Elementwise blocks over one loop each (a flat pointwise kernel)."""
+def streamable_elementwise(sch):
+    """Elementwise blocks, each over one loop (a flat pointwise kernel) or over rows of a
+    constant length (a streamed shape kernel, its rows' length baked in: tvmgrad/streaming.py)."""
     if not _elementwise(sch):
         return "it schedules elementwise blocks only, and the function has others"
     for block in top_blocks(sch):
-        if len(analyze(sch, block).loops) != 1:
-            return f"it schedules flat (1-D) blocks, and {_name(sch, block)!r} is not one"
+        loops = analyze(sch, block).loops
+        if len(loops) > 1 and const_extent(sch, loops[-1]) is None:
+            return (f"it schedules flat blocks or rows of a constant length, and "
+                    f"{_name(sch, block)!r} is neither")
     return None
 
 

@@ -226,6 +226,45 @@ def test_row_kernels_stream_with_their_rows_baked_in(stream_from_1k, monkeypatch
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
 
 
+def _normal(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("concat_grad", {"x": [np.zeros((40, n), "float32") for n in (16, 48, 32)],
+                     "out_grad": _normal(40, 96)}, {"axis": 1}),
+    ("concat_grad", {"x": [np.zeros((5, n, 16), "float32") for n in (2, 3)],
+                     "out_grad": _normal(5, 5, 16, seed=1)}, {"axis": 1}),
+    ("stack_grad", {"x": [np.zeros((24, 32), "float32")] * 3, "out_grad": _normal(24, 3, 32)},
+     {"axis": 1}),
+])
+def test_shape_kernels_stream_with_their_rows_baked_in(stream_from_1k, monkeypatch, op, inputs,
+                                                       attrs):
+    """A shape grad whose output rows are a whole number of 64-byte vectors streams under the
+    stream_stores rule, built for those row lengths; the values are the ordinary kernel's."""
+    launch = _prepare(op, inputs, attrs)
+    assert launch.plan.stream and launch.plan.pattern == streaming.PATTERN and launch.plan.baked
+    got = launch()
+    assert launch.function.last == "streamed"
+    monkeypatch.setenv(streaming.ENV, "off")
+    plain = _prepare(op, inputs, attrs)
+    assert not plain.plan.stream
+    want = plain()
+    for name in want:
+        for g, w in zip(*(v if isinstance(v, list) else [v] for v in (got[name], want[name]))):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_shape_kernels_of_other_rows_or_rules_do_not_stream(stream_from_1k):
+    odd = {"x": [np.zeros((40, n), "float32") for n in (16, 40)], "out_grad": _normal(40, 56)}
+    assert not planning.plan_call("concat_grad", odd, {"axis": 1}, target="llvm").plan.stream
+    pad = {"x": np.zeros((2, 3, 16, 16, 16), "float32"), "out_grad": _normal(2, 3, 18, 18, 18)}
+    plan = planning.plan_call("pad3d_grad", pad, {"paddings": [1] * 6, "mode": "reflect",
+                                                  "pad_value": 0.0, "data_format": "NCDHW"},
+                              target="llvm").plan
+    assert plan.pattern == "gather_sums" and not plan.stream     # its own rule is kept
+
+
 def test_rows_of_a_length_off_the_vectors_do_not_stream(stream_from_1k):
     plan = planning.plan_call("layer_norm_grad", _layer_norm_inputs(64, 250), target="llvm").plan
     assert plan.stream_bytes is None and not plan.stream

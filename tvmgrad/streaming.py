@@ -69,11 +69,16 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["L2_MULTIPLE", "ENV", "min_bytes", "large_enough", "streamed", "memory_bound",
+__all__ = ["L2_MULTIPLE", "ROW_MULTIPLE", "ENV", "min_bytes", "large_enough", "streamed",
+           "memory_bound",
            "Streaming",
            "mark_nontemporal", "recompile"]
 
 L2_MULTIPLE = 8
+# A family's own streamed kernel bakes in its outputs' row length when it is a whole number of
+# this many elements (64 bytes of float32: an AVX-512 vector), so that every vector store of a
+# row is aligned (tvmgrad/families/view.py, shape.py)
+ROW_MULTIPLE = 16
 ENV = "TVMGRAD_STREAM_MIN_BYTES"       # bytes, "auto" (the default) or "off"
 MARK = ("stream",)                     # what a streamed plan's key ends with
 PATTERN = "stream_stores"              # its schedule (schedules/cpu/stream_stores.py)
@@ -130,14 +135,17 @@ def large_enough(nbytes: int) -> bool:
 
 def streamed(plan):
     """``plan`` marked to stream its stores when it is a candidate, large enough for this host,
-    and either has a variant of its own (``Plan.stream_variant``) or a memory-bound body
+    and either has a variant of its own (``Plan.stream_variant``; one that takes the
+    stream_stores schedule must fit it and be memory-bound) or a memory-bound body
     (``memory_bound``: it then takes the stream_stores schedule); else ``plan`` itself."""
     if plan.plain is not None or plan.stream_bytes is None or plan.trace is not None:
         return plan
     if not large_enough(plan.stream_bytes):
         return plan
-    if plan.stream_variant is not None:       # the family's own kernel, with its own schedule
+    if plan.stream_variant is not None:       # the family's own kernel
         own = plan.stream_variant()
+        if own.pattern == PATTERN and not (memory_bound(own) and _fits(own)):
+            return plan
         return dataclasses.replace(own, key=own.key + MARK, symbol=own.symbol + "_stream",
                                    plain=dataclasses.replace(plan, stream_variant=None))
     if not memory_bound(plan):
@@ -155,6 +163,14 @@ CHEAP_CALLS = frozenset({
     "tirx.fabs", "tirx.sqrt", "tirx.floor", "tirx.ceil", "tirx.trunc", "tirx.round",
     "tirx.nearbyint", "tirx.copysign", "tirx.isnan", "tirx.isinf", "tirx.isfinite",
     "tirx.if_then_else", "tirx.likely", "tirx.reinterpret"})
+
+
+def _fits(plan) -> bool:
+    """Does the stream_stores schedule fit the plan's kernel? (It is built to see.)"""
+    from tvm import s_tir
+
+    from .schedules.cpu.stream_stores import RULE
+    return RULE.why_not(s_tir.Schedule(plan.make())) is None
 
 
 def memory_bound(plan) -> bool:

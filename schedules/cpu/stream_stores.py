@@ -9,14 +9,20 @@ outputs) LLVM knows each store's alignment. The loop-partition hint splits the c
 that never meet the bound from the tail that does, so the main loop is branch-free vector code
 (as in ``red_rows``). Lanes: the target's vector of 32-bit values (64-bit for float64 outputs),
 so that a float16 or bfloat16 output is stored half a register at a time, still aligned.
-It fits a function of one elementwise block over one loop (``fits.flat_elementwise``).
+
+A streamed shape kernel (concat_grad's pieces, ...) has blocks over rows whose length its
+variant bakes in: their rows run in parallel, each in vectors of a width that divides the row,
+so that every vector starts a whole number of vectors from the buffer's start again.
+It fits such elementwise blocks (``fits.streamable_elementwise``).
 """
 
 from __future__ import annotations
 
-from ..analysis import top_blocks
-from ..fits import flat_elementwise
-from ..loops import each_nest
+import math
+
+from ..analysis import const_extent, top_blocks
+from ..fits import streamable_elementwise
+from ..loops import each_nest, fuse
 from ..schedule_rule import ScheduleRule
 from ._isa import vector_unit
 
@@ -28,14 +34,20 @@ STEPS = 64       # vectors per parallel chunk (4 KiB of float32 on AVX-512)
 def schedule(sch, target):
     unit = vector_unit(target)
     for info in each_nest(sch, top_blocks(sch)):
-        (loop,) = info.loops
         lanes = min(unit.lanes("float32"),
                     *(unit.lanes(str(w.source.dtype)) for w in sch.get(info.block).writes))
-        chunk, steps, lane = sch.split(loop, [None, STEPS, lanes])
-        sch.parallel(chunk)
+        if len(info.loops) == 1:
+            chunk, steps, lane = sch.split(info.loops[0], [None, STEPS, lanes])
+            sch.parallel(chunk)
+            sch.annotate(steps, "pragma_loop_partition_hint", 1)
+        else:
+            # rows of a constant length: vectors that divide it, so each starts a whole number
+            # of vectors from its row's start (the row's length is one as well)
+            *rows, row = info.loops
+            _, lane = sch.split(row, [None, math.gcd(lanes, const_extent(sch, row))])
+            sch.parallel(fuse(sch, rows))
         sch.vectorize(lane)
-        sch.annotate(steps, "pragma_loop_partition_hint", 1)
     return sch.mod
 
 
-RULE = ScheduleRule("stream_stores", schedule, flat_elementwise)
+RULE = ScheduleRule("stream_stores", schedule, streamable_elementwise)

@@ -1,12 +1,12 @@
 """CUDA rule ``stream_stores``: a streamed kernel (tvmgrad/streaming.py) is a CPU notion, made only
-for LLVM targets; should a streamed plan be built for CUDA all the same, its flat elementwise
-loop gets the elementwise rule (one thread per element), as its ordinary twin does. It fits
-what the CPU rule fits (``fits.flat_elementwise``)."""
+for LLVM targets; should a streamed plan be built for CUDA all the same, its elementwise loops
+get the elementwise rule (one thread per element), as its ordinary twin's do. It fits
+what the CPU rule fits (``fits.streamable_elementwise``)."""
 
 from __future__ import annotations
 
 from ..analysis import top_blocks
-from ..fits import flat_elementwise
+from ..fits import streamable_elementwise
 from ..loops import each_nest
 from ..schedule_rule import ScheduleRule
 from . import NO_LOOP
@@ -23,4 +23,4 @@ def schedule(sch, target):
     return sch.mod
 
 
-RULE = ScheduleRule("stream_stores", schedule, flat_elementwise)
+RULE = ScheduleRule("stream_stores", schedule, streamable_elementwise)

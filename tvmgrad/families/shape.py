@@ -37,6 +37,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+from .. import streaming
 from ..dtypes import DType
 from .base import OpError, Plan
 from .pointwise import RUNTIME_ATTR_TYPES
@@ -103,15 +104,62 @@ class ShapeOp(TensorOp):
         static = tuple((p.name, attrs[p.name]) for p in spec.attrs
                        if p.name not in f_runtime and p.name not in i_runtime)
         skip = self._skip(spec)
-        buffers = tuple(replace(b, param=b.param and b.name not in skip)
-                        for b in buffers_of(spec, metas, outs, views=views, dims=dims))
-        sig = Signature("shape", op, dt, buffers, tuple(scalars), (static,))
 
         def ints(ctx):       # a list-valued runtime attribute reaches the builder as a list of vars
             return {n: [ctx.scalars[f"{n}{i}"] for i in range(len(attrs[n]))]
                     for n in i_runtime if isinstance(attrs[n], (list, tuple))}
 
-        return sig.plan(lambda static: sig.build(self, spec, attrs, values=ints), pattern=self.pattern)
+        def planned(dims, pattern):
+            buffers = tuple(replace(b, param=b.param and b.name not in skip)
+                            for b in buffers_of(spec, metas, outs, views=views, dims=dims))
+            sig = Signature("shape", op, dt, buffers, tuple(scalars), (static,))
+            return sig.plan(lambda static: sig.build(self, spec, attrs, values=ints),
+                            pattern=pattern)
+
+        plan = planned(dims, self.pattern)
+        # a generic kernel may stream (a rule of its own is kept: it was chosen over that one)
+        rows = _rows(spec, every, views) if self.pattern == "generic" else None
+        if rows is None:
+            return plan
+
+        def variant() -> Plan:    # rows' lengths baked in, under the stream_stores schedule
+            baked = dict(dims)
+            for n, lengths in rows.items():
+                own = [d[:-1] + (length,) if length else d
+                       for d, length in zip(_as_list(dims[n]), lengths)]
+                baked[n] = own if isinstance(dims[n], list) else own[0]
+            own = planned(baked, streaming.PATTERN)
+            length = {(n, i): x for n, lengths in rows.items() for i, x in enumerate(lengths)}
+            return replace(own, baked=tuple(
+                (at, -1, length[a.name, a.index or 0]) for at, a in enumerate(own.args)
+                if a.kind != "scalar" and length.get((a.name, a.index or 0))))
+
+        nbytes = sum(math.prod(m.shape) * m.dtype.numpy.itemsize
+                     for o in outs if o is not None for m in _as_list(o))
+        return replace(plan, stream_bytes=nbytes, stream_variant=variant)
+
+
+def _rows(spec, every: dict, views: dict) -> dict | None:
+    """{tensor: the length of its rows (of each element of a Tensor[]), 0 where it is flat or
+    its rows are not a whole number of ``streaming.ROW_MULTIPLE`` elements}: what a streamed
+    variant bakes in, inputs as well (a builder shapes its outputs after its inputs), so that
+    LLVM proves every vector store of a row aligned. None unless every output is a float array
+    whose rows are such a length (or flat)."""
+    outputs = {o.name for o in spec.outputs}
+    rows = {}
+    for name, m in every.items():
+        pieces, view = _as_list(m), views.get(name)
+        shapes = ([x.shape for x in pieces] if view is None
+                  else list(view) if isinstance(m, list) else [view])
+        if not all(isinstance(d, int) for shape in shapes for d in shape):
+            return None
+        lengths = [shape[-1] if len(shape) > 1 and shape[-1] % streaming.ROW_MULTIPLE == 0
+                   else 0 for shape in shapes]
+        if name in outputs and (not all(x.dtype.is_float for x in pieces) or any(
+                not length and len(shape) > 1 for length, shape in zip(lengths, shapes))):
+            return None
+        rows[name] = lengths
+    return rows
 
 
 class AliasOp(ShapeOp):

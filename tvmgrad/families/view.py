@@ -18,16 +18,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ..streaming import ROW_MULTIPLE
 from .base import Plan
 from .tensor import TensorOp, view_shape
 
-__all__ = ["ViewOp", "view_op", "STREAM_ROWS"]
+__all__ = ["ViewOp", "view_op"]
 
-# A row kernel's (``pattern="red_rows"``) streamed variant bakes in the length of its outputs'
-# rows when it is a multiple of this many elements, so that every vector store of a row is
-# aligned (64 bytes of float32: an AVX-512 vector) and may be non-temporal (tvmgrad/streaming.py:
-# group_norm_grad and layer_norm_grad at 2^24, AVX-512, 2 threads: 8.4 -> 6.0 and 9.3 -> 6.0 ms)
-STREAM_ROWS = 16
 
 
 class ViewOp(TensorOp):
@@ -69,7 +65,8 @@ class ViewOp(TensorOp):
     @staticmethod
     def _row_length(call, outs, templates, sizes) -> str | None:
         """The size symbol of the rows of the largest float output, where its length is a
-        multiple of ``STREAM_ROWS`` (else None): what a streamed variant bakes in."""
+        multiple of ``ROW_MULTIPLE`` (else None): what a streamed variant bakes in (so that
+        LLVM proves every vector store of a row aligned: tvmgrad/streaming.py)."""
         floats = [(math.prod(m.shape), o.name) for o, m in zip(call.spec.outputs, outs)
                   if m is not None and m.dtype.is_float and o.name in templates]
         if not floats or not all(isinstance(d, int) for m in outs if m is not None for d in m.shape):
@@ -77,7 +74,7 @@ class ViewOp(TensorOp):
         last = templates[max(floats)[1]][-1]
         if not isinstance(last, str) or not isinstance(sizes.get(last), int):
             return None
-        return last if sizes[last] % STREAM_ROWS == 0 else None
+        return last if sizes[last] % ROW_MULTIPLE == 0 else None
 
 
 view_op = ViewOp.decorator  # @view_op: a ``ViewOp`` builder (module docstring)
