@@ -43,17 +43,21 @@ body); ``planning`` marks it streamed (``streamed``) for an LLVM target when the
 enough. The mark is part of the cache key, not of the variant: a prepared launch keeps serving
 every size (``Plan.variant_key``), its ``Streaming`` choosing per call.
 
-A family may instead give its own streamed kernel (``Plan.stream_variant``): the row kernels
-of the norm and softmax grads (tvmgrad/families/view.py) keep their schedule and bake in the
-length of their rows, so that LLVM proves each row's vector stores aligned; only the stores
-into the outputs are marked (a row's partial sums, in scratch, must stay in the cache), and
-``Streaming`` runs the variant only on calls of that row length (``Plan.baked``). Their
-outputs are written once each row is reduced, from data still in the L2: streamed, that pass
-no longer reads the output lines first. At 2^24 elements (AVX-512, 2 threads, in-process best
-of 15 turns), ordinary -> streamed: group_norm_grad 9.7 -> 6.0 ms (AVX2 8.9 -> 6.7),
-layer_norm_grad 10.0 -> 6.0, rms_norm_grad 9.2 -> 5.3, instance_norm_grad 12.3 -> 9.5,
-gumbel_softmax_grad 7.6 -> 4.3, log_softmax_grad 5.2 -> 4.6 (AVX2 6.6 -> 6.3; its exp does not
-keep a row kernel from streaming: its schedule, unlike a pointwise kernel's, stays as it is).
+A family may instead give its own streamed kernel (``Plan.stream_variant``), built for its
+rows' length (a whole number of ``ROW_MULTIPLE`` elements) so that LLVM proves each row's
+vector stores aligned; ``Streaming`` runs it only on calls of that length (``Plan.baked``), and
+only the stores into its outputs are marked (a row's partial sums, in scratch, must stay in the
+cache). At 2^24 elements (2 threads, in-process best of 15 turns), ordinary -> streamed:
+
+* the row kernels of the norm and softmax grads (tvmgrad/families/view.py) keep their
+  schedule: their outputs are written once each row is reduced, from data still in the L2, and
+  streamed, that pass no longer reads the output lines first. AVX-512: group_norm_grad
+  9.7 -> 6.0 ms (AVX2 8.9 -> 6.7), layer_norm_grad 10.0 -> 6.0, rms_norm_grad 9.2 -> 5.3,
+  instance_norm_grad 12.3 -> 9.5, gumbel_softmax_grad 7.6 -> 4.3, log_softmax_grad 5.2 -> 4.6
+  (AVX2 6.6 -> 6.3: its exp does not keep a row kernel from streaming, as its schedule, unlike
+  a pointwise kernel's, stays as it is);
+* the generic shape kernels (tvmgrad/families/shape.py) take the stream_stores schedule, over
+  rows of the baked length: concat_grad 6.2 -> 3.0 ms (AVX2 6.4 -> 4.0).
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ kernels compute in their own dtype; a float runtime attribute of such a kernel i
 dtype (truncated toward 0, as C++'s static_cast); ``reduce_to`` sums integers wrapping, as
 Paddle's kernels do, and bools as a logical OR (a count != 0).
 
+A generic shape kernel whose outputs are float rows of a whole number of
+``streaming.ROW_MULTIPLE`` elements (or flat) may stream its stores on a large call: its
+variant bakes every tensor's row length in and takes the stream_stores schedule
+(tvmgrad/streaming.py).
+
 ``@alias_op(source=...)``: every output is ``source``'s data reshaped (squeeze/unsqueeze/flatten/
 view grads): a Plan without a kernel (``aliases``); the runtime returns a view when the caller
 passes ``alias=True`` and a copy otherwise. When an output's dtype differs from the source's

@@ -9,6 +9,10 @@ every tensor that names it) or an int (baked into the kernel, e.g. the 1 of a la
 class axis); ``sizes[symbol]`` is this call's value. Tensors without a template keep their own
 shape, one size var per dim. The kernel key holds the templates, never the sizes.
 
+A row kernel (``pattern="red_rows"``) whose largest output has rows of a whole number of
+``streaming.ROW_MULTIPLE`` elements may stream its stores on a large call: its variant bakes
+that row length in (tvmgrad/streaming.py).
+
 ``check(call, outs)`` validates what shape inference cannot (label values, ...), raising
 ValueError/TypeError naming op and argument; it runs on calls with data.
 """
