@@ -53,9 +53,11 @@ cache). At 2^24 elements (2 threads, in-process best of 15 turns), ordinary -> s
   schedule: their outputs are written once each row is reduced, from data still in the L2, and
   streamed, that pass no longer reads the output lines first. AVX-512: group_norm_grad
   9.7 -> 6.0 ms (AVX2 8.9 -> 6.7), layer_norm_grad 10.0 -> 6.0, rms_norm_grad 9.2 -> 5.3,
-  instance_norm_grad 12.3 -> 9.5, gumbel_softmax_grad 7.6 -> 4.3, log_softmax_grad 5.2 -> 4.6
-  (AVX2 6.6 -> 6.3: its exp does not keep a row kernel from streaming, as its schedule, unlike
-  a pointwise kernel's, stays as it is);
+  instance_norm_grad 12.3 -> 9.5, gumbel_softmax_grad 7.6 -> 4.3. Only memory-bound ones:
+  log_softmax_grad (its exp) gained 10 % into one output buffer used again and again, but
+  writing a new one each call (as ``tvmgrad.run`` and the bench do, the memory already mapped)
+  it went from 5.6-6.8 to 10.6-11.6 ms, a slowdown the memory-bound kernels do not show
+  (group_norm, layer_norm, concat, relu: within noise of the reused buffer);
 * the generic shape kernels (tvmgrad/families/shape.py) take the stream_stores schedule, over
   rows of the baked length: concat_grad 6.2 -> 3.0 ms (AVX2 6.4 -> 4.0).
 """
@@ -139,21 +141,19 @@ def large_enough(nbytes: int) -> bool:
 
 def streamed(plan):
     """``plan`` marked to stream its stores when it is a candidate, large enough for this host,
-    and either has a variant of its own (``Plan.stream_variant``; one that takes the
-    stream_stores schedule must fit it and be memory-bound) or a memory-bound body
-    (``memory_bound``: it then takes the stream_stores schedule); else ``plan`` itself."""
+    whose body is memory-bound (``memory_bound``): its own variant (``Plan.stream_variant``; one
+    under the stream_stores schedule only where that fits it), else the plan itself under the
+    stream_stores schedule. Otherwise ``plan`` itself."""
     if plan.plain is not None or plan.stream_bytes is None or plan.trace is not None:
         return plan
-    if not large_enough(plan.stream_bytes):
+    if not large_enough(plan.stream_bytes) or not memory_bound(plan):
         return plan
     if plan.stream_variant is not None:       # the family's own kernel
         own = plan.stream_variant()
-        if own.pattern == PATTERN and not (memory_bound(own) and _fits(own)):
+        if own.pattern == PATTERN and not _fits(own):
             return plan
         return dataclasses.replace(own, key=own.key + MARK, symbol=own.symbol + "_stream",
                                    plain=dataclasses.replace(plan, stream_variant=None))
-    if not memory_bound(plan):
-        return plan
     return dataclasses.replace(plan, key=plan.key + MARK, symbol=plan.symbol + "_stream",
                                pattern=PATTERN, plain=plan)
 
