@@ -216,7 +216,7 @@ def test_row_kernels_stream_with_their_rows_baked_in(stream_from_1k, monkeypatch
                                    atol=1e-6 * np.abs(want[name]).max())
     longer = ({k: (np.concatenate([v, v[..., :16]], -1) if v.shape == inputs["x"].shape else v)
                for k, v in inputs.items()} if op == "layer_norm_grad" else None)
-    if longer is not None:            # the same launch on rows of another length: the ordinary kernel
+    if longer is not None:        # the same launch on rows of another length: the ordinary kernel
         longer["scale"] = np.concatenate([inputs["scale"], inputs["scale"][:16]])
         longer["bias"] = np.zeros(rows + 16, "float32")
         got = launch(longer)

@@ -29,7 +29,6 @@ from .tensor import TensorOp, view_shape
 __all__ = ["ViewOp", "view_op"]
 
 
-
 class ViewOp(TensorOp):
     """``tensor_op`` with per-call views (module docstring)."""
 
@@ -45,11 +44,13 @@ class ViewOp(TensorOp):
         every = dict(metas, **{o.name: m for o, m in zip(call.spec.outputs, outs) if m is not None})
         templates = {n: tuple(t) for n, t in templates.items() if n in every}
         plan = self._plan(call, outs, dt, metas, every, templates, sizes)
-        rows = self._row_length(call, outs, templates, sizes) if self.pattern == "red_rows" else None
+        rows = (self._row_length(call, outs, templates, sizes) if self.pattern == "red_rows"
+                else None)
         if rows is None:
             return plan
         baked = {n: tuple(sizes[d] if d == rows else d for d in t) for n, t in templates.items()}
-        stream_bytes = sum(math.prod(m.shape) * m.dtype.numpy.itemsize for m in outs if m is not None)
+        stream_bytes = sum(math.prod(m.shape) * m.dtype.numpy.itemsize
+                           for m in outs if m is not None)
 
         def variant() -> Plan:
             own = self._plan(call, outs, dt, metas, every, baked, sizes)
@@ -73,7 +74,8 @@ class ViewOp(TensorOp):
         LLVM proves every vector store of a row aligned: tvmgrad/streaming.py)."""
         floats = [(math.prod(m.shape), o.name) for o, m in zip(call.spec.outputs, outs)
                   if m is not None and m.dtype.is_float and o.name in templates]
-        if not floats or not all(isinstance(d, int) for m in outs if m is not None for d in m.shape):
+        static = all(isinstance(d, int) for m in outs if m is not None for d in m.shape)
+        if not floats or not static:
             return None
         last = templates[max(floats)[1]][-1]
         if not isinstance(last, str) or not isinstance(sizes.get(last), int):
