@@ -125,7 +125,7 @@ def compile_lowered(funcs: dict, target: Resolved):
     if target.kind == "llvm":
         from .fastmath import install
         install()
-    with tvm.transform.PassContext(opt_level=3):
+    with tvm.transform.PassContext(opt_level=3), target.target:    # the target: fastmath's rules
         ex = tvm.compile(tvm.IRModule(funcs), target=target.target)
     if target.is_gpu:
         device = ex.mod._collect_from_import_tree(lambda m: m.kind == "cuda")
