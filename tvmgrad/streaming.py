@@ -75,8 +75,8 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["L2_MULTIPLE", "ROW_MULTIPLE", "ENV", "min_bytes", "large_enough", "streamed",
-           "memory_bound",
+__all__ = ["L2_MULTIPLE", "ROW_MULTIPLE", "ENV", "min_bytes", "large_enough", "output_bytes",
+           "streamed", "memory_bound",
            "Streaming",
            "mark_nontemporal", "recompile"]
 
@@ -137,6 +137,13 @@ def large_enough(nbytes: int) -> bool:
     """Would ``nbytes`` of output stream on this host (``min_bytes``)?"""
     least = min_bytes()
     return least is not None and nbytes >= least
+
+
+def output_bytes(outputs) -> int:
+    """The bytes a kernel writes, from its outputs' metas (None: an output not asked for; a
+    list: a list output's tensors): a plan's ``stream_bytes``."""
+    return sum(math.prod(m.shape) * m.dtype.numpy.itemsize
+               for o in outputs if o is not None for m in (o if isinstance(o, list) else [o]))
 
 
 def streamed(plan):

@@ -89,8 +89,9 @@ class Plan:
     # a streamed plan (its outputs written by non-temporal stores, CPU): the ordinary plan it was
     # made from (``streaming.streamed``), whose key is its ``variant_key``
     plain: "Plan | None" = field(default=None, repr=False)
-    # a family's own streamed kernel: -> its Plan (a view op's, its rows' length baked in so that
-    # LLVM proves its output vectors aligned); None: this kernel under the stream_stores schedule
+    # a family's own streamed kernel: -> its Plan (a view or shape op's, its rows' lengths baked
+    # in so that LLVM proves its output vectors aligned); None: this kernel under the
+    # stream_stores schedule
     stream_variant: "Callable[[], Plan] | None" = field(default=None, repr=False)
     # sizes the kernel was built for beyond its key's symbols: (arg position, axis, size) per
     # baked dim (a streamed view kernel's rows); a call of other sizes runs its ordinary twin

@@ -139,9 +139,7 @@ class ShapeOp(TensorOp):
                 (at, -1, length[a.name, a.index or 0]) for at, a in enumerate(own.args)
                 if a.kind != "scalar" and length.get((a.name, a.index or 0))))
 
-        nbytes = sum(math.prod(m.shape) * m.dtype.numpy.itemsize
-                     for o in outs if o is not None for m in _as_list(o))
-        return replace(plan, stream_bytes=nbytes, stream_variant=variant)
+        return replace(plan, stream_bytes=streaming.output_bytes(outs), stream_variant=variant)
 
 
 def _rows(spec, every: dict, views: dict) -> dict | None:

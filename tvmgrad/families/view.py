@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..streaming import ROW_MULTIPLE
+from ..streaming import ROW_MULTIPLE, output_bytes
 from .base import Plan
 from .tensor import TensorOp, view_shape
 
@@ -49,8 +49,6 @@ class ViewOp(TensorOp):
         if rows is None:
             return plan
         baked = {n: tuple(sizes[d] if d == rows else d for d in t) for n, t in templates.items()}
-        stream_bytes = sum(math.prod(m.shape) * m.dtype.numpy.itemsize
-                           for m in outs if m is not None)
 
         def variant() -> Plan:
             own = self._plan(call, outs, dt, metas, every, baked, sizes)
@@ -59,7 +57,8 @@ class ViewOp(TensorOp):
                          for axis, d in enumerate(templates.get(a.name, ())) if d == rows)
             return dataclasses.replace(own, baked=dims)
 
-        return dataclasses.replace(plan, stream_bytes=stream_bytes, stream_variant=variant)
+        return dataclasses.replace(plan, stream_bytes=output_bytes(outs),
+                                   stream_variant=variant)
 
     def _plan(self, call, outs, dt, metas, every, templates, sizes) -> Plan:
         views = {n: view_shape(call.op, n, t, sizes, every[n]) for n, t in templates.items()}
