@@ -119,15 +119,10 @@ def _scaled(p, n):
 def _has_scalef() -> bool:
     import tvm
     target = tvm.target.Target.current(allow_none=True)
-    return target is not None and target.kind.name == "llvm" and "avx512f" in _features(str(target))
-
-
-@functools.cache
-def _features(target: str) -> frozenset:
-    """The LLVM features of a target, by its JSON text (Target objects hash by identity)."""
-    import tvm
-    from tvm.target import codegen
-    return frozenset(codegen.llvm_get_cpu_features(tvm.target.Target(target)))
+    if target is None or target.kind.name != "llvm":
+        return False
+    from .schedules.cpu._isa import features
+    return "avx512f" in features(target)
 
 
 _ERF_ALPHA = [-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,

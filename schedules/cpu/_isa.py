@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-__all__ = ["VectorUnit", "vector_unit", "register_rows"]
+__all__ = ["VectorUnit", "vector_unit", "features", "register_rows"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,19 @@ def _bits(dtype: str) -> int:
 
 def vector_unit(target) -> VectorUnit:
     """The vector unit of an LLVM ``tvm.target.Target``."""
-    return _unit(str(target.attrs.get("mtriple", "") or ""), _features(target))
+    return _unit(str(target.attrs.get("mtriple", "") or ""), features(target))
 
 
-def _features(target) -> frozenset:
+def features(target) -> frozenset:
+    """Every LLVM feature of an LLVM ``tvm.target.Target`` (its mcpu's, after its mattr)."""
+    return _features(str(target))
+
+
+@functools.lru_cache(maxsize=64)
+def _features(text: str) -> frozenset:       # by the target's JSON: Targets hash by identity
+    import tvm
     from tvm.target import codegen
-    return frozenset(codegen.llvm_get_cpu_features(target))
+    return frozenset(codegen.llvm_get_cpu_features(tvm.target.Target(text)))
 
 
 @functools.lru_cache(maxsize=32)
