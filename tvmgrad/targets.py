@@ -59,8 +59,8 @@ class Resolved:
         """Every LLVM feature the CPU code may use (its mcpu's, after mattr); () for CUDA."""
         if self.kind != "llvm":
             return ()
-        from tvm.target import codegen
-        return tuple(sorted(codegen.llvm_get_cpu_features(self.target)))
+        from .schedules.cpu._isa import features
+        return tuple(sorted(features(self.target)))
 
     @functools.cached_property
     def missing_on_host(self) -> tuple[str, ...]:
