@@ -11,16 +11,25 @@ consumer of a contraction crops the padding and casts (its *epilogue*). The cont
 carries ``main_attrs``; the ``gemm_dense`` schedules tile it (register-blocked micro-kernel on
 the CPU, shared-memory tiles on CUDA), see schedules/cpu/gemm_dense.py and
 schedules/cuda/gemm_dense.py.
+
+One thing the math takes from the target: a CPU micro-kernel of 6 rows (AVX2, where 4 rows leave
+too few accumulators) tiles a long M axis padded to a multiple of 6, not of 64. The build says so
+while it makes a function for a CPU target's rules (``row_tiles``); the plan and its key do not
+change (the kernel cache keys the target), and a function made outside (a tuning trace's, a Relax
+graph's) keeps the grain, which the schedule then tiles with 4 rows.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 from tvmgrad.dtypes import to_compute
 from tvmgrad.infer_meta import is_symbolic
 from tvmgrad.lazy import te, tirx
 
-__all__ = ["SRC_ROOT", "SRC_TILE", "PAD_K", "grain", "main_attrs", "ceil_to", "zero", "load",
-           "store", "source", "gemm"]
+__all__ = ["SRC_ROOT", "SRC_TILE", "PAD_K", "grain", "row_tiles", "main_attrs", "ceil_to", "zero",
+           "load", "store", "source", "gemm"]
 
 SRC_ROOT = {"dense.src": "root"}    # an operand copy made once, before the contraction
 SRC_TILE = {"dense.src": "tile"}    # an operand copy made per outer tile (a packed panel on CPU)
@@ -37,6 +46,30 @@ def grain(n: int) -> int:
     if is_symbolic(n):
         return 64
     return next((g for g in GRAINS if g >= n), 64) if n < 48 else 64
+
+
+_TILE_ROWS = contextvars.ContextVar("tvmgrad_dense_tile_rows", default=None)
+
+
+@contextlib.contextmanager
+def row_tiles(rows_of):
+    """Within: contractions pad a long M axis (grain 64) to a multiple of ``rows_of(acc_dtype)``,
+    the rows of the micro-kernel that will tile it, where that does not divide 64."""
+    token = _TILE_ROWS.set(rows_of)
+    try:
+        yield
+    finally:
+        _TILE_ROWS.reset(token)
+
+
+def _row_grain(gm: int, acc: str) -> int:
+    """The padding grain of a contraction's M axis: ``gm``, or the rows of the micro-kernel
+    the build announced (``row_tiles``) for a long axis that they do not divide."""
+    rows_of = _TILE_ROWS.get()
+    if rows_of is None or gm != max(GRAINS):
+        return gm
+    rows = rows_of(acc)
+    return rows if gm % rows else gm
 
 
 def main_attrs(m: int, n: int, gm: int, gn: int, order: str = "nm", gk: int = PAD_K,
@@ -87,7 +120,7 @@ def source(name, shape, value, valid, acc, where="root"):
 def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", acc=None,
          exact=True):
     """``C[*batch, m, n] = sum_k a(bi, m, k) · b(bi, n, k)``, M and N padded to their grains
-    (``grain``), K to PAD_K.
+    (``grain``; M to the micro-kernel's rows under ``row_tiles``), K to PAD_K.
 
     Both operands are read through zero-padded copies (sources): ``{name}_a[*batch, M', K']``
     (made once) and ``{name}_b[*batch, K', N']`` (contiguous along n; per N panel with
@@ -98,6 +131,7 @@ def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", ac
     sources stay float16 and the contraction is annotated ``dense.tc``: the CUDA schedule runs
     it on tensor cores (WMMA 16x16x16, float32 accumulation) when its grains allow."""
     acc = acc or dt.compute
+    gm = _row_grain(gm, acc)
     nbat = len(batch)
     Mp, Np, Kp = ceil_to(M, gm), ceil_to(N, gn), ceil_to(K, PAD_K)
     tc = exact and dt.name == "float16" and acc == "float32"

@@ -170,15 +170,37 @@ def test_cache_key_carries_the_resolved_features():
 
 @X86
 def test_micro_kernels_follow_the_vector_unit():
-    for cpu, unit, f32_tile in (("x86-64-v3", VectorUnit(256, 16), (4, 16)),
+    for cpu, unit, f32_tile in (("x86-64-v3", VectorUnit(256, 16), (6, 16)),
                                 ("x86-64-v4", VectorUnit(512, 32), (4, 64)),
-                                ("x86-64-v2", VectorUnit(128, 16), (4, 8))):
+                                ("x86-64-v2", VectorUnit(128, 16), (6, 8))):
         target = targets.resolve(f"llvm:{cpu}").target
         assert vector_unit(target) == unit
         mb, nb = micro_kernel(unit, "float32")
         assert (mb, nb) == f32_tile
         # accumulators + one operand row + one broadcast stay within the registers
         assert mb * unit.vectors(nb, "float32") + unit.vectors(nb, "float32") + 1 <= unit.registers
+
+
+@X86
+@pytest.mark.parametrize("cpu,rows", [("x86-64-v3", 6), ("x86-64-v4", 4)])
+def test_contractions_pad_rows_for_the_targets_micro_kernel(cpu, rows):
+    """bmm_grad's long M axes (100 and 70 rows) are tiled by the target's micro-kernel rows and
+    padded for them: 6 on AVX2 (102 and 72 rows), whose 4-row tile holds too few accumulators,
+    4 on AVX-512 (128 rows); the AVX2 kernel's grads are the products'."""
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 100, 70)), rng.standard_normal((2, 70, 50))
+    g = rng.standard_normal((2, 100, 50))
+    inputs = {k: v.astype("float32") for k, v in (("x", x), ("y", y), ("out_grad", g))}
+    planned = plan_call("bmm_grad", inputs, target=f"llvm:{cpu}")
+    script = lower(planned.plan, planned.target).script()
+    assert set(re.findall(r'"dense\.gm": (\d+)', script)) == {str(rows if rows != 4 else 64)}
+    assert set(re.findall(r"T\.unroll\((\d+)\)", script)) == {str(rows)}
+    if rows == 6:
+        out = tvmgrad.run("bmm_grad", inputs, target=f"llvm:{cpu}")
+        np.testing.assert_allclose(out["x_grad"], g @ y.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out["y_grad"], x.transpose(0, 2, 1) @ g, rtol=1e-4, atol=1e-4)
 
 
 def _output_lanes(op, inputs, cpu) -> int:

@@ -36,7 +36,7 @@ def _lower(plan: Plan, target: Resolved):
         # let-bound scalars under an explicit vectorize)
         func = plan.make_static(inline=True).with_attr("global_symbol", plan.symbol)
         return _realign(apply_trace(func, plan.trace), target)
-    func = plan.make().with_attr("global_symbol", plan.symbol)
+    func = _made(plan, target).with_attr("global_symbol", plan.symbol)
     if plan.narrow_index:
         import tvm
         func = tvm.tirx.transform.ForceNarrowIndexToInt32()(tvm.IRModule({"main": func}))["main"]
@@ -44,6 +44,17 @@ def _lower(plan: Plan, target: Resolved):
     # vectors (the runtime calls it only on aligned outputs: streaming.Streaming)
     keep = {i for i, a in enumerate(plan.args) if a.kind == "output"} if plan.stream else set()
     return _realign(schedules.apply(func, target.target, plan.pattern), target, keep)
+
+
+def _made(plan: Plan, target: Resolved):
+    """The plan's function for the target's schedule rules: on a CPU, contractions padded for
+    its micro-kernel's rows (te_defs/_dense.row_tiles)."""
+    if target.kind != "llvm":
+        return plan.make()
+    from .schedules.cpu.gemm_dense import tile_rows
+    from .te_defs._dense import row_tiles
+    with row_tiles(tile_rows(target.target)):
+        return plan.make()
 
 
 def _realign(mod, target: Resolved, keep=frozenset()):

@@ -125,7 +125,7 @@ def _micro(sch, block, unit, lanes_loop, pair=False):
     """(rows, lanes) of a register tile: gemm_dense's micro-kernel for the target (rows sharing one
     vector load, lanes a run of vectors), rows halved for a two-output reduction (dK and dV
     accumulate side by side), neither above the tile."""
-    rows, lanes = micro_kernel(unit, _dtype(sch, block))
+    rows, lanes = micro_kernel(unit, _dtype(sch, block), power_of_two=True)    # _split_in
     if pair:
         rows = max(1, rows // 2)
     return rows, min(lanes, _width(sch, lanes_loop))

@@ -1,10 +1,11 @@
 """CPU schedule of the dense family (te_defs/_dense.py): register-blocked contractions.
 
 A contraction block (annotation ``dense.main``) has one M axis and one N axis, padded to their
-grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 4 rows, nb the most lanes (a
-power-of-two number of vectors) whose mb·nb accumulators, the nb-wide operand row and a broadcast
-fit the target's vector registers (AVX-512: 64 float32 lanes in 16 of 32 zmm; AVX2: 16 lanes in 8
-of 16 ymm), less when the grain is smaller. It becomes:
+grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 4 rows (6 where 4 leave too few
+accumulators: ``micro_kernel``), nb the most lanes (a power-of-two number of vectors) whose mb·nb
+accumulators, the nb-wide operand row and a broadcast fit the target's vector registers (AVX-512:
+4 x 64 float32 lanes in 16 of 32 zmm; AVX2: 6 x 16 lanes in 12 of 16 ymm), less when the grain is
+smaller. It becomes:
 
     parallel for (outer axes..., N tile)            # order "nm" (or M tile for "mn")
         tile sources (``dense.src = tile``): the operand panel of this tile, packed
@@ -45,21 +46,47 @@ from ._isa import VectorUnit, vector_unit
 from ._cropped_stores import bound_cropped_stores
 from ._parallel import parallel, spatial
 
-__all__ = ["schedule", "micro_kernel", "RULE"]
+__all__ = ["schedule", "micro_kernel", "tile_rows", "RULE"]
 
-MB = 4             # micro-kernel rows: one broadcast each per reduction step
+ROWS = (4, 6)      # micro-kernel rows (one broadcast each per reduction step): 4, or 6 (below)
 MAX_NB = 64        # the widest tile: the padding grain of te_defs/_dense.grain
+MIN_CHAINS = 12    # accumulators a step wants: FMA latency (4) x FMA ports (2), and some slack
 MIN_STEPS = 32     # a reduction loop this long (with those after it) is a run of its own
 
 
-def micro_kernel(unit: VectorUnit, dtype: str) -> tuple[int, int]:
-    """(mb, nb) of the register-blocked micro-kernel for a vector unit and accumulator dtype."""
+def micro_kernel(unit: VectorUnit, dtype: str, *, power_of_two: bool = False) -> tuple[int, int]:
+    """(mb, nb) of the register-blocked micro-kernel for a vector unit and accumulator dtype.
+
+    4 rows; 6 where the 4-row tile has fewer than MIN_CHAINS accumulators and a 6-row one more
+    (AVX2 and SSE: 16 registers hold 4 x 2 or 6 x 2 vectors of accumulators): each accumulator is
+    one chain of dependent FMAs, and 8 chains keep two FMA ports of latency 4 busy only while no
+    load stalls (bmm_grad on x86-64-v3: 6 rows -10%; AVX-512's 4 x 4 zmm gained nothing from 6).
+    A row count of 6 needs the M axis padded to a multiple of 6 (te_defs/_dense.row_tiles);
+    ``power_of_two``: the tile of a caller that only splits by powers of two."""
+    nb = _lanes(unit, dtype, ROWS[0])
+    if not power_of_two and ROWS[0] * unit.vectors(nb, dtype) < MIN_CHAINS:
+        wide = _lanes(unit, dtype, ROWS[1])
+        if ROWS[1] * unit.vectors(wide, dtype) > ROWS[0] * unit.vectors(nb, dtype):
+            return ROWS[1], wide
+    return ROWS[0], nb
+
+
+def tile_rows(target):
+    """The rows of the micro-kernel for an LLVM target, per accumulator dtype: what a contraction
+    pads its M axis to (te_defs/_dense.row_tiles)."""
+    unit = vector_unit(target)
+    return lambda dtype: micro_kernel(unit, dtype)[0]
+
+
+def _lanes(unit: VectorUnit, dtype: str, rows: int) -> int:
+    """The most lanes (a power-of-two number of vectors, at most MAX_NB lanes) whose rows x lanes
+    accumulators, one operand row and a broadcast fit the vector registers."""
     lanes = unit.lanes(dtype)
     vectors = 1
     while (vectors * 2 * lanes <= MAX_NB
-           and MB * vectors * 2 + vectors * 2 + 1 <= unit.registers):
+           and rows * vectors * 2 + vectors * 2 + 1 <= unit.registers):
         vectors *= 2
-    return MB, min(MAX_NB, vectors * lanes)
+    return min(MAX_NB, vectors * lanes)
 
 
 def schedule(sch, target):
@@ -87,7 +114,10 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     ann = annotations(sch, block)
     m_ax, n_ax = as_int(ann["dense.m"]), as_int(ann["dense.n"])
     gm, gn = as_int(ann["dense.gm"]), as_int(ann["dense.gn"])
-    mb, nb = micro_kernel(unit, str(sch.get(block).writes[0].source.dtype))
+    dtype = str(sch.get(block).writes[0].source.dtype)
+    mb, nb = micro_kernel(unit, dtype)
+    if gm % mb:         # M not padded for this tile's rows (a short axis, a Relax kernel)
+        mb, nb = micro_kernel(unit, dtype, power_of_two=True)
     mb, nb = min(mb, gm), min(nb, gn)
     order = str(ann.get("dense.order", "nm"))
     if not _rows_share_operand(sch, block, m_ax, n_ax):

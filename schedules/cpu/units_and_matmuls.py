@@ -61,7 +61,8 @@ def _blocked_matmul(sch, info, target) -> bool:
     dtype = str(sch.get(block).writes[0].source.dtype)
     if any(str(r.source.dtype) != dtype for r in sch.get(block).reads):
         return False    # a float16/bfloat16 operand: its zero padding does not compile (LLVM)
-    mb, nb = micro_kernel(vector_unit(target), dtype)
+    # 4 rows: these are small matrices (8 rows would pad to 12 for a 6-row tile)
+    mb, nb = micro_kernel(vector_unit(target), dtype, power_of_two=True)
     try:
         sch.pad_einsum(block, [1] * (len(spatial_loops) - 2) + [mb, nb, 1])
     except ScheduleError:
