@@ -1,9 +1,10 @@
 """CPU schedule of the attention grads (te_defs/attention.py): tiled, never an S x S buffer.
 
 Every tile product is a register-blocked micro-kernel of gemm_dense's size for the target
-(``micro_kernel``: mb rows x nb lanes of accumulators, AVX2 4 x 16; the dK/dV pair mb/2 rows,
-since it keeps two accumulators per element): per reduction step mb broadcasts, nb/lanes vector
-loads and mb·nb/lanes FMAs, the accumulators in registers across the whole reduction.
+(``micro_kernel``'s power-of-two tile, which divides the 64-wide tiles: mb rows x nb lanes of
+accumulators, AVX2 4 x 16; the dK/dV pair mb/2 rows, since it keeps two accumulators per
+element): per reduction step mb broadcasts, nb/lanes vector loads and mb·nb/lanes FMAs, the
+accumulators in registers across the whole reduction.
 
 * dK/dV main block (``attn.main`` = kv; loops b, kh, j, d | reduce g, i):
 
