@@ -14,9 +14,10 @@ schedules/cuda/gemm_dense.py.
 
 One thing the math takes from the target: a CPU micro-kernel of 6 rows (AVX2, where 4 rows leave
 too few accumulators) tiles a long M axis padded to a multiple of 6, not of 64. The build says so
-while it makes a function for a CPU target's rules (``row_tiles``); the plan and its key do not
-change (the kernel cache keys the target), and a function made outside (a tuning trace's, a Relax
-graph's) keeps the grain, which the schedule then tiles with 4 rows.
+while it makes a function for a CPU target's rules (``row_tiles``, entered by tvmgrad.build.lower,
+which Relax's scheduling pass uses too); the plan and its key do not change (the kernel cache keys
+the target), and a function made outside it (the one a tuning trace was recorded on) keeps the
+grain, which the schedule then tiles with 4 rows.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     gm, gn = as_int(ann["dense.gm"]), as_int(ann["dense.gn"])
     dtype = str(sch.get(block).writes[0].source.dtype)
     mb, nb = micro_kernel(unit, dtype)
-    if gm % mb:         # M not padded for this tile's rows (a short axis, a Relax kernel)
+    if gm % mb:         # M not padded for this tile's rows (a short axis, a tuning trace's)
         mb, nb = micro_kernel(unit, dtype, power_of_two=True)
     mb, nb = min(mb, gm), min(nb, gn)
     order = str(ann.get("dense.order", "nm"))
