@@ -12,20 +12,27 @@ Math (per batch b, query head h, kv head kh = h // G with G = H / Hk, softmax sc
 
 How it is computed (never materialising an S x S matrix): float32 copies of q, dO (head-major,
 [B, H, S, D]), K^T, V^T ([B, Hk, D, S]) and K ([B, Hk, S, D]), zero-padded to a multiple of 64
-rows (GRAIN), plus Δ and lse per row. Then two kernels:
+rows (GRAIN), plus Δ and lse per row. Then, in one of two forms:
 
-* dK/dV: one tile of 64 keys per (b, kh) at a time; for every query head of the group and every
-  block of query rows, the S, P, dP and dS tiles are recomputed from q, K and lse (never stored
-  beyond the tile) and dK/dV accumulate in registers — one multi-output reduction over (g, i);
-* dQ: one tile of query rows per (b, h); for every block of keys the tiles are recomputed and
-  dQ accumulates.
+* two passes (CUDA, and any function made outside ``one_pass``):
+  - dK/dV: one tile of 64 keys per (b, kh) at a time; for every query head of the group and every
+    block of query rows, the S, P, dP and dS tiles are recomputed from q, K and lse (never
+    stored beyond the tile) and dK/dV accumulate in registers: one multi-output reduction over
+    (g, i);
+  - dQ: one tile of query rows per (b, h); for every block of keys the tiles are recomputed and
+    dQ accumulates. Deterministic, no atomics, at the price of recomputing S and dP once more
+    (7 tile products instead of 5).
+* one pass (the CPU's: ``one_pass``, entered by tvmgrad.build for LLVM targets): the dK/dV
+  kernel's own dS tiles also feed dQ (5 tile products, as FA2). FA2 adds them into dQ with
+  atomics; here the keys are cut into a fixed number of contiguous chunks (``_key_chunks``, from
+  the shapes only), each (b, kh, chunk) worker accumulates a dQ partial of its own, and the
+  partials are summed in chunk order afterwards: deterministic and the same on every machine.
 
-Two passes instead of FA2's atomic dQ accumulation: deterministic, no atomics, at the price of
-recomputing S and dP once more (7 tile products instead of 5). The schedules
-(schedules/{cpu,cuda}/attn_flash.py) tile these stages: on CUDA the q/dO tiles and the P/dS
-tiles live in shared memory, S and dP in registers, the dK/dV/dQ accumulators in registers; on the
-CPU every tile loop is vectorised along the contiguous axis and the (b, head, tile) loop runs in
-parallel. Half types are read as float32 (accumulation in float32) and rounded once.
+The schedules (schedules/{cpu,cuda}/attn_flash.py) tile these stages: on CUDA the q/dO tiles
+and the P/dS tiles live in shared memory, S and dP in registers, the dK/dV/dQ accumulators in
+registers; on the CPU every tile loop is vectorised along the contiguous axis and the (b, head,
+tile) or (b, kv head, chunk) loop runs in parallel. Half types are read as float32
+(accumulation in float32) and rounded once.
 The TFLOP/s convention of FlashAttention: 2.5 · 4·B·S²·H·D flops per backward (5 products).
 
 Semantics (Paddle 3.3.1 and its FlashAttention fork, PaddlePaddle/flash-attention; Paddle's CPU
@@ -62,6 +69,8 @@ build has no flash attention, the tests use an independent float64 reference of 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 
@@ -80,6 +89,22 @@ __all__ = ["flash_attn_grad", "flash_attn_qkvpacked_grad", "flash_attn_unpadded_
 
 GRAIN = 64          # sequence dims of the tile stages are padded to a multiple of this
 MAX_HEAD_DIM = 256  # FlashAttention's limit (and the CUDA tiles')
+WORK_ITEMS = 64     # the one-pass form's parallel items: (batch, kv head, key chunk)
+
+_ONE_PASS = contextvars.ContextVar("tvmgrad_attention_one_pass", default=False)
+
+
+@contextlib.contextmanager
+def one_pass():
+    """Within: dQ is computed from the dK/dV kernel's own dS tiles (one pass, 5 tile products)
+    rather than in a second kernel that recomputes them (7), as per-key-chunk partials summed
+    afterwards: for a target whose schedule runs the two reductions in one loop nest (the CPU's,
+    schedules/cpu/attn_flash.py; CUDA keeps two passes)."""
+    token = _ONE_PASS.set(True)
+    try:
+        yield
+    finally:
+        _ONE_PASS.reset(token)
 
 
 # ------------------------------------------------------------------------------------------
@@ -300,6 +325,10 @@ def _core(ctx, c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     G, D, Dv = c.G, c.D, c.Dv
     Gc = ctx.const(G)
     Sqp, Skp = _ceil(ctx, c.Sq), _ceil(ctx, c.Sk)
+    fused = want_dq and want_dkv and _ONE_PASS.get()
+    if fused:
+        chunks, span = _key_chunks(ctx, c, Skp)
+        Skp = chunks * span
     len_q = c.len_q or (lambda b: c.Sq)
     len_k = c.len_k or (lambda b: c.Sk)
     ok_q = lambda b, i: i < len_q(b)  # noqa: E731
@@ -358,39 +387,99 @@ def _core(ctx, c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     out = {}
     if want_dkv:
         P, dS = tiles("kv")
-        Dm = max(D, Dv)
-        rg = te.reduce_axis((ctx.const(0), Gc), name="rg")
-        ri = te.reduce_axis((ctx.const(0), Sqp), name="ri")
-        pair = te.comm_reducer(lambda x, y: (x[0] + y[0], x[1] + y[1]),
-                               lambda t0, t1: (tirx.const(0, t0), tirx.const(0, t1)),
-                               name="pair_sum")
-
-        def kv(b, kh, j, d):
-            h = kh * Gc + rg
-            dq_ = d if D == Dm else tirx.min(d, ctx.const(D - 1))
-            dv_ = d if Dv == Dm else tirx.min(d, ctx.const(Dv - 1))
-            return pair((dS[b, h, ri, j] * qs[b, h, ri, dq_], P[b, h, ri, j] * dos[b, h, ri, dv_]),
-                        axis=[rg, ri])
-
-        dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, ctx.const(Dm)), kv, name="attn_dkv",
-                                    attrs={"attn.main": "kv", "attn.d": D, "attn.dv": Dv})
-        out["dk"] = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
-                               name="attn_dk", attrs={"attn.epilogue": "kv"})
-        out["dv"] = te.compute((c.B, c.Hk, Skp, ctx.const(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
-                               name="attn_dv", attrs={"attn.epilogue": "kv"})
+        keys = (chunks, span) if fused else None
+        out["dk"], out["dv"] = _dkv(ctx, c, P, dS, qs, dos, Sqp, Skp, keys)
     if want_dq:
         ks = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: guard(
             ok_k(b, j), c.k(b, j, h, d)), name="attn_ks", attrs={"attn.src": "k"})
-        P, dS = tiles("q")
-        rj = te.reduce_axis((ctx.const(0), Skp), name="rj")
-        dq_acc = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: te.sum(
-            dS[b, h, i, rj] * ks[b, h // Gc, rj, d], axis=rj), name="attn_dq",
-            attrs={"attn.main": "q", "attn.d": D, "attn.dv": Dv})
-        out["dq"] = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
-                               name="attn_dq_out", attrs={"attn.epilogue": "q"})
+        if fused:
+            out["dq"] = _dq_one_pass(ctx, c, dS, ks, Sqp, chunks, span)
+        else:
+            P, dS = tiles("q")
+            rj = te.reduce_axis((ctx.const(0), Skp), name="rj")
+            dq_acc = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: te.sum(
+                dS[b, h, i, rj] * ks[b, h // Gc, rj, d], axis=rj), name="attn_dq",
+                attrs={"attn.main": "q", "attn.d": D, "attn.dv": Dv})
+            out["dq"] = te.compute((c.B, c.H, Sqp, ctx.const(D)),
+                                   lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
+                                   name="attn_dq_out", attrs={"attn.epilogue": "q"})
     if bias_grad is not None:
         out["bias"] = _bias_grad(ctx, c, qs, dos, kT, vT, delta, probs, bias_grad)
     return out
+
+
+def _key_chunks(ctx, c: Core, Skp):
+    """(chunks, keys per chunk) of the one-pass form: its key tiles split into contiguous
+    chunks, enough that the (batch, kv head, chunk) items number about ``WORK_ITEMS``. Taken
+    from the shapes only, never from the thread count, so that the chunks' dQ partials, summed
+    in chunk order, give the same result on every machine."""
+    one, grain = ctx.const(1), ctx.const(GRAIN)
+    tiles = Skp // grain
+    heads = tirx.max(c.B * c.Hk, one)
+    chunks = tirx.max(tirx.min(tiles, (ctx.const(WORK_ITEMS) + heads - one) // heads), one)
+    per_chunk = tirx.max((tiles + chunks - one) // chunks, one)
+    return tirx.max((tiles + per_chunk - one) // per_chunk, one), per_chunk * grain
+
+
+def _dkv(ctx, c: Core, P, dS, qs, dos, Sqp, Skp, keys=None):
+    """(dK, dV) [B, Hk, Skp, D / Dv]: one multi-output reduction over (g, i) per key; with
+    ``keys = (chunks, span)`` (the one-pass form) its key axis is (chunk, key in chunk), so that
+    its loops line up with the dQ partials' (``_dq_one_pass``)."""
+    D, Dv = c.D, c.Dv
+    Dm = max(D, Dv)
+    Gc = ctx.const(c.G)
+    rg = te.reduce_axis((ctx.const(0), Gc), name="rg")
+    ri = te.reduce_axis((ctx.const(0), Sqp), name="ri")
+    pair = te.comm_reducer(lambda x, y: (x[0] + y[0], x[1] + y[1]),
+                           lambda t0, t1: (tirx.const(0, t0), tirx.const(0, t1)),
+                           name="pair_sum")
+
+    def kv(b, kh, j, d):
+        h = kh * Gc + rg
+        dq_ = d if D == Dm else tirx.min(d, ctx.const(D - 1))
+        dv_ = d if Dv == Dm else tirx.min(d, ctx.const(Dv - 1))
+        return pair((dS[b, h, ri, j] * qs[b, h, ri, dq_], P[b, h, ri, j] * dos[b, h, ri, dv_]),
+                    axis=[rg, ri])
+
+    attrs = {"attn.main": "kv", "attn.d": D, "attn.dv": Dv}
+    if keys is None:
+        dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, ctx.const(Dm)), kv, name="attn_dkv",
+                                    attrs=attrs)
+        dk = te.compute((c.B, c.Hk, Skp, ctx.const(D)),
+                        lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
+                        name="attn_dk", attrs={"attn.epilogue": "kv"})
+        dv = te.compute((c.B, c.Hk, Skp, ctx.const(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
+                        name="attn_dv", attrs={"attn.epilogue": "kv"})
+        return dk, dv
+    chunks, span = keys
+    dk_acc, dv_acc = te.compute((c.B, c.Hk, chunks, span, ctx.const(Dm)),
+                                lambda b, kh, ch, jl, d: kv(b, kh, ch * span + jl, d),
+                                name="attn_dkv", attrs=attrs)
+    dk = te.compute((c.B, c.Hk, chunks, span, ctx.const(D)),
+                    lambda b, h, ch, jl, d: dk_acc[b, h, ch, jl, d] * c.scale,
+                    name="attn_dk_chunks", attrs={"attn.epilogue": "kv"})
+    dv = te.compute((c.B, c.Hk, chunks, span, ctx.const(Dv)),
+                    lambda b, h, ch, jl, d: dv_acc[b, h, ch, jl, d],
+                    name="attn_dv_chunks", attrs={"attn.epilogue": "kv"})
+    def flat(t, name):
+        return te.compute((c.B, c.Hk, Skp, t.shape[-1]),
+                          lambda b, h, j, d: t[b, h, j // span, j % span, d], name=name)
+    return flat(dk, "attn_dk"), flat(dv, "attn_dv")
+
+
+def _dq_one_pass(ctx, c: Core, dS, ks, Sqp, chunks, span):
+    """dQ [B, H, Sqp, D] from the dK/dV kernel's dS tiles: a partial per key chunk (its loops
+    merged with _dkv's by the schedule, each (b, kh, chunk) worker owning its partial's rows),
+    then the partials summed in chunk order."""
+    Gc = ctx.const(c.G)
+    rl = te.reduce_axis((ctx.const(0), span), name="rj")
+    part = te.compute((chunks, c.B, c.H, Sqp, ctx.const(c.D)), lambda ch, b, h, i, d: te.sum(
+        dS[b, h, i, ch * span + rl] * ks[b, h // Gc, ch * span + rl, d], axis=rl),
+        name="attn_dq", attrs={"attn.main": "q", "attn.d": c.D, "attn.dv": c.Dv,
+                               "attn.one_pass": 1})
+    rc = te.reduce_axis((ctx.const(0), chunks), name="rc")
+    return te.compute((c.B, c.H, Sqp, ctx.const(c.D)), lambda b, h, i, d: te.sum(
+        part[rc, b, h, i, d] * c.scale, axis=rc), name="attn_dq_out")
 
 
 def _bias_grad(ctx, c: Core, qs, dos, kT, vT, delta, probs, spec):

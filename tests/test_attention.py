@@ -104,6 +104,33 @@ def test_flash_attn_mha_odd_shapes_and_broadcast_masks():
             _close(name, r[name], w, "float64")
 
 
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_flash_attn_cpu_forms(one_pass, monkeypatch, tmp_path):
+    """The CPU's one-pass form (te_defs/attention.one_pass) and the two-pass form (what a
+    function made outside it, e.g. a tuning trace's, keeps) both match the reference. 5 key
+    tiles over 16 (batch, kv head) pairs make 3 chunks of 2 tiles, the last one past the keys
+    (fully masked); with 2 query heads per kv head and causal. The one-pass kernel has one set
+    of S/dP tile products (5 tile products), the two-pass kernel two."""
+    import contextlib
+
+    import tvmgrad.te_defs.attention as attention
+    from tvmgrad.cache import KernelCache
+    if not one_pass:
+        monkeypatch.setattr(attention, "one_pass", contextlib.nullcontext)
+    B, Sq, Sk, H, Hk, D = 2, 20, 300, 16, 8, 8
+    inputs, want = _flash_case("float32", B, Sq, Sk, H, Hk, D, causal=True, seed=6)
+    launch = tvmgrad.prepare("flash_attn_grad", inputs, {"causal": True},
+                             cache=KernelCache(tmp_path))
+    r = launch()
+    for name, w in zip(("q_grad", "k_grad", "v_grad"), want):
+        _close(name, r[name], w, "float32")
+    from tvmgrad import build
+    script = build.lower(launch.plan, launch.target).script()
+    assert 'T.sblock("attn_dP_kv_update")' in script
+    assert ('T.sblock("attn_dP_q_update")' in script) != one_pass
+    assert ('T.sblock("attn_dq_out_update")' in script) == one_pass   # the sum over chunks
+
+
 def test_flash_attn_mask_rank5_flattens_into_batch():
     rng = _rng(4)
     B, Sq, Sk, H, D = 2, 4, 6, 2, 8

@@ -48,12 +48,14 @@ def _lower(plan: Plan, target: Resolved):
 
 def _made(plan: Plan, target: Resolved):
     """The plan's function for the target's schedule rules: on a CPU, contractions padded for
-    its micro-kernel's rows (te_defs/_dense.row_tiles)."""
+    its micro-kernel's rows (te_defs/_dense.row_tiles) and attention's dQ in the dK/dV pass
+    (te_defs/attention.one_pass)."""
     if target.kind != "llvm":
         return plan.make()
     from .schedules.cpu.gemm_dense import tile_rows
     from .te_defs._dense import row_tiles
-    with row_tiles(tile_rows(target.target)):
+    from .te_defs.attention import one_pass
+    with row_tiles(tile_rows(target.target)), one_pass():
         return plan.make()
 
 

@@ -19,6 +19,9 @@ accumulators in registers across the whole reduction.
   (key-outer read the whole q, dO, P and dS tiles, 64 KiB, per pair: L2 traffic).
 * dQ main block (``attn.main`` = q): parallel over (b, h, 64-row tile), tiles recomputed per
   64-key block, for (row, d) blocks: for key: acc[rows, d block] += dS[rows, key]·K[key, d block].
+* the one-pass form (``attn.one_pass`` on the dQ block, te_defs/attention.one_pass): both main
+  blocks tiled as above, their loops merged so that the dQ partials take the dK/dV pass's own
+  dS tiles (``_one_pass``); parallel over (b, kh, key chunk).
 * bias grad (``attn.main`` = bias): parallel over 64 x 64 output tiles, the tile stages per
   (broadcast batch, head).
 * the tile stages (``attn.tile``) are computed at the tile loops above; the sources, Δ, lse and the
@@ -49,7 +52,10 @@ def schedule(sch, target):
     unit = vector_unit(target)
     rules = {"kv": _kv, "q": _q, "bias": _bias}
     _key_tiles_contiguous(sch)
-    for block, role in by_role(sch, "attn.main"):
+    roles = {role: block for block, role in by_role(sch, "attn.main")}
+    if "q" in roles and annotations(sch, roles["q"]).get("attn.one_pass"):
+        _one_pass(sch, roles.pop("kv"), roles.pop("q"), unit)
+    for role, block in roles.items():
         rules[role](sch, block, unit)
     per_block(sch)
     return sch.mod
@@ -83,12 +89,12 @@ def _width(sch, loop) -> int:
     return const_extent(sch, loop) or TILE
 
 
-def _tiles_under(sch, main, loop, unit) -> None:
-    """compute_at every tile stage feeding ``main`` at ``loop`` (consumers first), then give each
-    its loop order: S/dP as micro-kernels (row block, key block, d, rows unrolled, keys
+def _tiles_under(sch, mains, loop, unit) -> None:
+    """compute_at every tile stage feeding the ``mains`` at ``loop`` (consumers first), then give
+    each its loop order: S/dP as micro-kernels (row block, key block, d, rows unrolled, keys
     vectorised), P/dS vectorised along the keys."""
-    placed = {_key(sch, main)}
-    pending = _tile_producers(sch, main)
+    placed = {_key(sch, main) for main in mains}
+    pending = list({_key(sch, p): p for main in mains for p in _tile_producers(sch, main)}.values())
     done = []
     while pending:
         for blk in pending:
@@ -171,7 +177,7 @@ def _accumulate(sch, block, outer, tiles_at, init_at, unit) -> None:
     output tile), its tile stages computed at ``tiles_at``, its epilogues per output tile and
     its init split off at ``init_at``."""
     par = parallel(sch, outer)
-    _tiles_under(sch, block, tiles_at, unit)
+    _tiles_under(sch, [block], tiles_at, unit)
     for ep in _epilogues(sch, block):
         sch.reverse_compute_at(ep, par)
     sch.decompose_reduction(block, init_at)
@@ -201,6 +207,60 @@ def _q(sch, block, unit) -> None:
     sch.unroll(iri)
     sch.vectorize(di)
     _accumulate(sch, block, [b, h, ib], jb, jb, unit)
+
+
+def _one_pass(sch, kv, q, unit) -> None:
+    """dK/dV and the dQ partials (te_defs/attention.one_pass) in one loop nest over the same
+    tiles:
+
+        parallel for (b, kh, key chunk):
+            dQ partial of the chunk, rows of the group's heads = 0
+            for 64-key tile of the chunk:
+                acc_dk, acc_dv [64, D] = 0
+                for g, 64-row tile:
+                    S, dP, P, dS [64, 64]                                 (as in _kv)
+                    acc_dk, acc_dv += ...                                 (as in _kv)
+                    dQ partial[rows, d block] += dS[rows, key]·K[key, d block]   (as in _q)
+                dK, dV = s·acc_dk, acc_dv
+
+    Each worker owns its chunk's dQ partial, so no atomics; the partials are summed afterwards in
+    chunk order (a plain block). Both nests are tiled as _kv and _q tile them, then their
+    (b, kh, chunk, key tile, g, row tile) loops merged."""
+    b, kh, ch, j, d, g, i = sch.get_loops(kv)
+    keys, lanes = _micro(sch, kv, unit, d, pair=True)
+    jb, jc = sch.split(j, [None, TILE])
+    ib, ir = sch.split(i, [None, TILE])
+    jco, jci = sch.split(jc, [None, keys])
+    do, di = _split_in(sch, d, lanes)
+    sch.reorder(b, kh, ch, jb, g, ib, *_present(do, jco, ir, jci, di))
+    sch.unroll(jci)
+    sch.vectorize(di)
+
+    qch, qb, qh, qi, qd, qj = sch.get_loops(q)
+    qkh, qg = sch.split(qh, [None, const_extent(sch, g)])
+    qib, qir = sch.split(qi, [None, TILE])
+    qjb, qjc = sch.split(qj, [None, TILE])
+    rows, qlanes = _micro(sch, q, unit, qd)
+    qiro, qiri = sch.split(qir, [None, rows])
+    qdo, qdi = _split_in(sch, qd, qlanes)
+    sch.reorder(qb, qkh, qch, qjb, qg, qib, qiro, *_present(qdo, qjc, qiri, qdi))
+    sch.unroll(qiri)
+    sch.vectorize(qdi)
+
+    pairs = ((b, qb), (kh, qkh), (ch, qch), (jb, qjb), (g, qg), (ib, qib))
+    b, kh, ch, jb, g, ib = (sch.merge(x, y) for x, y in pairs)
+    parallel(sch, [b, kh, ch])
+    _tiles_under(sch, [kv, q], ib, unit)
+    for ep in _epilogues(sch, kv):
+        sch.reverse_compute_at(ep, jb)
+    sch.decompose_reduction(kv, g)
+    sch.decompose_reduction(q, jb)
+    (total,) = sch.get_consumers(q)               # Σ over chunks: d vectorised, chunks outside
+    *rows, d, rc = sch.get_loops(total)
+    sch.reorder(rc, d)
+    parallel(sch, rows)
+    sch.vectorize(d)
+    sch.decompose_reduction(total, rc)
 
 
 def _bias(sch, block, unit) -> None:
