@@ -24,14 +24,17 @@ rows (GRAIN), plus Δ and lse per row. Then, in one of two forms:
     (7 tile products instead of 5).
 * one pass (the CPU's: ``one_pass``, entered by tvmgrad.build for LLVM targets): the dK/dV
   kernel's own dS tiles also feed dQ (5 tile products, as FA2). FA2 adds them into dQ with
-  atomics; here the keys are cut into a fixed number of contiguous chunks (``_key_chunks``, from
-  the shapes only), each (b, kh, chunk) worker accumulates a dQ partial of its own, and the
-  partials are summed in chunk order afterwards: deterministic and the same on every machine.
+  atomics; here each (b, kh) worker runs every key tile of its kv head and so owns every dQ
+  row of the group's query heads, which accumulate in place, in key order: deterministic, no
+  atomics, no partial buffers. Its parallelism is B·Hk items (the two-pass form's is
+  B·Hk·Sk/64): fewer (b, kv head) pairs than threads leave threads idle. Splitting the keys
+  into chunks with a dQ partial each would lift that; shape-derived chunk counts made TVM
+  hoist a division by a zero divisor (CSE) and, with symbolic sizes, build for minutes.
 
 The schedules (schedules/{cpu,cuda}/attn_flash.py) tile these stages: on CUDA the q/dO tiles
 and the P/dS tiles live in shared memory, S and dP in registers, the dK/dV/dQ accumulators in
 registers; on the CPU every tile loop is vectorised along the contiguous axis and the (b, head,
-tile) or (b, kv head, chunk) loop runs in parallel. Half types are read as float32
+tile) or (b, kv head) loop runs in parallel. Half types are read as float32
 (accumulation in float32) and rounded once.
 The TFLOP/s convention of FlashAttention: 2.5 · 4·B·S²·H·D flops per backward (5 products).
 
@@ -89,7 +92,6 @@ __all__ = ["flash_attn_grad", "flash_attn_qkvpacked_grad", "flash_attn_unpadded_
 
 GRAIN = 64          # sequence dims of the tile stages are padded to a multiple of this
 MAX_HEAD_DIM = 256  # FlashAttention's limit (and the CUDA tiles')
-WORK_ITEMS = 64     # the one-pass form's parallel items: (batch, kv head, key chunk)
 
 _ONE_PASS = contextvars.ContextVar("tvmgrad_attention_one_pass", default=False)
 
@@ -97,9 +99,9 @@ _ONE_PASS = contextvars.ContextVar("tvmgrad_attention_one_pass", default=False)
 @contextlib.contextmanager
 def one_pass():
     """Within: dQ is computed from the dK/dV kernel's own dS tiles (one pass, 5 tile products)
-    rather than in a second kernel that recomputes them (7), as per-key-chunk partials summed
-    afterwards: for a target whose schedule runs the two reductions in one loop nest (the CPU's,
-    schedules/cpu/attn_flash.py; CUDA keeps two passes)."""
+    rather than in a second kernel that recomputes them (7): for a target whose schedule runs
+    the two reductions in one loop nest, each worker owning a (batch, kv head) and with it every
+    dQ row of its query heads (the CPU's, schedules/cpu/attn_flash.py; CUDA keeps two passes)."""
     token = _ONE_PASS.set(True)
     try:
         yield
@@ -326,9 +328,6 @@ def _core(ctx, c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     Gc = ctx.const(G)
     Sqp, Skp = _ceil(ctx, c.Sq), _ceil(ctx, c.Sk)
     fused = want_dq and want_dkv and _ONE_PASS.get()
-    if fused:
-        chunks, span = _key_chunks(ctx, c, Skp)
-        Skp = chunks * span
     len_q = c.len_q or (lambda b: c.Sq)
     len_k = c.len_k or (lambda b: c.Sk)
     ok_q = lambda b, i: i < len_q(b)  # noqa: E731
@@ -387,44 +386,26 @@ def _core(ctx, c: Core, want_dq=True, want_dkv=True, bias_grad=None):
     out = {}
     if want_dkv:
         P, dS = tiles("kv")
-        keys = (chunks, span) if fused else None
-        out["dk"], out["dv"] = _dkv(ctx, c, P, dS, qs, dos, Sqp, Skp, keys)
+        out["dk"], out["dv"] = _dkv(ctx, c, P, dS, qs, dos, Sqp, Skp)
     if want_dq:
         ks = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: guard(
             ok_k(b, j), c.k(b, j, h, d)), name="attn_ks", attrs={"attn.src": "k"})
-        if fused:
-            out["dq"] = _dq_one_pass(ctx, c, dS, ks, Sqp, chunks, span)
-        else:
+        if not fused:          # one pass: the dK/dV kernel's own dS tiles
             P, dS = tiles("q")
-            rj = te.reduce_axis((ctx.const(0), Skp), name="rj")
-            dq_acc = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: te.sum(
-                dS[b, h, i, rj] * ks[b, h // Gc, rj, d], axis=rj), name="attn_dq",
-                attrs={"attn.main": "q", "attn.d": D, "attn.dv": Dv})
-            out["dq"] = te.compute((c.B, c.H, Sqp, ctx.const(D)),
-                                   lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
-                                   name="attn_dq_out", attrs={"attn.epilogue": "q"})
+        rj = te.reduce_axis((ctx.const(0), Skp), name="rj")
+        dq_acc = te.compute((c.B, c.H, Sqp, ctx.const(D)), lambda b, h, i, d: te.sum(
+            dS[b, h, i, rj] * ks[b, h // Gc, rj, d], axis=rj), name="attn_dq",
+            attrs={"attn.main": "q", "attn.d": D, "attn.dv": Dv, "attn.one_pass": int(fused)})
+        out["dq"] = te.compute((c.B, c.H, Sqp, ctx.const(D)),
+                               lambda b, h, i, d: dq_acc[b, h, i, d] * c.scale,
+                               name="attn_dq_out", attrs={"attn.epilogue": "q"})
     if bias_grad is not None:
         out["bias"] = _bias_grad(ctx, c, qs, dos, kT, vT, delta, probs, bias_grad)
     return out
 
 
-def _key_chunks(ctx, c: Core, Skp):
-    """(chunks, keys per chunk) of the one-pass form: its key tiles split into contiguous
-    chunks, enough that the (batch, kv head, chunk) items number about ``WORK_ITEMS``. Taken
-    from the shapes only, never from the thread count, so that the chunks' dQ partials, summed
-    in chunk order, give the same result on every machine."""
-    one, grain = ctx.const(1), ctx.const(GRAIN)
-    tiles = Skp // grain
-    heads = tirx.max(c.B * c.Hk, one)
-    chunks = tirx.max(tirx.min(tiles, (ctx.const(WORK_ITEMS) + heads - one) // heads), one)
-    per_chunk = tirx.max((tiles + chunks - one) // chunks, one)
-    return tirx.max((tiles + per_chunk - one) // per_chunk, one), per_chunk * grain
-
-
-def _dkv(ctx, c: Core, P, dS, qs, dos, Sqp, Skp, keys=None):
-    """(dK, dV) [B, Hk, Skp, D / Dv]: one multi-output reduction over (g, i) per key; with
-    ``keys = (chunks, span)`` (the one-pass form) its key axis is (chunk, key in chunk), so that
-    its loops line up with the dQ partials' (``_dq_one_pass``)."""
+def _dkv(ctx, c: Core, P, dS, qs, dos, Sqp, Skp):
+    """(dK, dV) [B, Hk, Skp, D / Dv]: one multi-output reduction over (g, i) per key."""
     D, Dv = c.D, c.Dv
     Dm = max(D, Dv)
     Gc = ctx.const(c.G)
@@ -441,45 +422,13 @@ def _dkv(ctx, c: Core, P, dS, qs, dos, Sqp, Skp, keys=None):
         return pair((dS[b, h, ri, j] * qs[b, h, ri, dq_], P[b, h, ri, j] * dos[b, h, ri, dv_]),
                     axis=[rg, ri])
 
-    attrs = {"attn.main": "kv", "attn.d": D, "attn.dv": Dv}
-    if keys is None:
-        dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, ctx.const(Dm)), kv, name="attn_dkv",
-                                    attrs=attrs)
-        dk = te.compute((c.B, c.Hk, Skp, ctx.const(D)),
-                        lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
-                        name="attn_dk", attrs={"attn.epilogue": "kv"})
-        dv = te.compute((c.B, c.Hk, Skp, ctx.const(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
-                        name="attn_dv", attrs={"attn.epilogue": "kv"})
-        return dk, dv
-    chunks, span = keys
-    dk_acc, dv_acc = te.compute((c.B, c.Hk, chunks, span, ctx.const(Dm)),
-                                lambda b, kh, ch, jl, d: kv(b, kh, ch * span + jl, d),
-                                name="attn_dkv", attrs=attrs)
-    dk = te.compute((c.B, c.Hk, chunks, span, ctx.const(D)),
-                    lambda b, h, ch, jl, d: dk_acc[b, h, ch, jl, d] * c.scale,
-                    name="attn_dk_chunks", attrs={"attn.epilogue": "kv"})
-    dv = te.compute((c.B, c.Hk, chunks, span, ctx.const(Dv)),
-                    lambda b, h, ch, jl, d: dv_acc[b, h, ch, jl, d],
-                    name="attn_dv_chunks", attrs={"attn.epilogue": "kv"})
-    def flat(t, name):
-        return te.compute((c.B, c.Hk, Skp, t.shape[-1]),
-                          lambda b, h, j, d: t[b, h, j // span, j % span, d], name=name)
-    return flat(dk, "attn_dk"), flat(dv, "attn_dv")
-
-
-def _dq_one_pass(ctx, c: Core, dS, ks, Sqp, chunks, span):
-    """dQ [B, H, Sqp, D] from the dK/dV kernel's dS tiles: a partial per key chunk (its loops
-    merged with _dkv's by the schedule, each (b, kh, chunk) worker owning its partial's rows),
-    then the partials summed in chunk order."""
-    Gc = ctx.const(c.G)
-    rl = te.reduce_axis((ctx.const(0), span), name="rj")
-    part = te.compute((chunks, c.B, c.H, Sqp, ctx.const(c.D)), lambda ch, b, h, i, d: te.sum(
-        dS[b, h, i, ch * span + rl] * ks[b, h // Gc, ch * span + rl, d], axis=rl),
-        name="attn_dq", attrs={"attn.main": "q", "attn.d": c.D, "attn.dv": c.Dv,
-                               "attn.one_pass": 1})
-    rc = te.reduce_axis((ctx.const(0), chunks), name="rc")
-    return te.compute((c.B, c.H, Sqp, ctx.const(c.D)), lambda b, h, i, d: te.sum(
-        part[rc, b, h, i, d] * c.scale, axis=rc), name="attn_dq_out")
+    dk_acc, dv_acc = te.compute((c.B, c.Hk, Skp, ctx.const(Dm)), kv, name="attn_dkv",
+                                attrs={"attn.main": "kv", "attn.d": D, "attn.dv": Dv})
+    dk = te.compute((c.B, c.Hk, Skp, ctx.const(D)), lambda b, h, j, d: dk_acc[b, h, j, d] * c.scale,
+                    name="attn_dk", attrs={"attn.epilogue": "kv"})
+    dv = te.compute((c.B, c.Hk, Skp, ctx.const(Dv)), lambda b, h, j, d: dv_acc[b, h, j, d],
+                    name="attn_dv", attrs={"attn.epilogue": "kv"})
+    return dk, dv
 
 
 def _bias_grad(ctx, c: Core, qs, dos, kT, vT, delta, probs, spec):

@@ -107,9 +107,8 @@ def test_flash_attn_mha_odd_shapes_and_broadcast_masks():
 @pytest.mark.parametrize("one_pass", [True, False])
 def test_flash_attn_cpu_forms(one_pass, monkeypatch, tmp_path):
     """The CPU's one-pass form (te_defs/attention.one_pass) and the two-pass form (what a
-    function made outside it, e.g. a tuning trace's, keeps) both match the reference. 5 key
-    tiles over 16 (batch, kv head) pairs make 3 chunks of 2 tiles, the last one past the keys
-    (fully masked); with 2 query heads per kv head and causal. The one-pass kernel has one set
+    function made outside it, e.g. a tuning trace's, keeps) both match the reference: 5 key
+    tiles, the last one partly past the keys, 2 query heads per kv head, and causal. The one-pass kernel has one set
     of S/dP tile products (5 tile products), the two-pass kernel two."""
     import contextlib
 
@@ -128,7 +127,6 @@ def test_flash_attn_cpu_forms(one_pass, monkeypatch, tmp_path):
     script = build.lower(launch.plan, launch.target).script()
     assert 'T.sblock("attn_dP_kv_update")' in script
     assert ('T.sblock("attn_dP_q_update")' in script) != one_pass
-    assert ('T.sblock("attn_dq_out_update")' in script) == one_pass   # the sum over chunks
 
 
 def test_flash_attn_mask_rank5_flattens_into_batch():
@@ -142,7 +140,7 @@ def test_flash_attn_mask_rank5_flattens_into_batch():
 
 
 def test_flash_attn_empty_sequences():
-    for Sq, Sk in ((0, 5), (4, 0)):
+    for Sq, Sk in ((0, 5), (4, 0), (0, 0)):
         inputs, (dq, dk, dv) = _flash_case("float64", 2, Sq, Sk, 2, 2, 8)
         r = tvmgrad.run("flash_attn_grad", inputs)
         assert r["q_grad"].shape == (2, Sq, 2, 8) and r["k_grad"].shape == (2, Sk, 2, 8)

@@ -21,7 +21,7 @@ accumulators in registers across the whole reduction.
   64-key block, for (row, d) blocks: for key: acc[rows, d block] += dS[rows, key]·K[key, d block].
 * the one-pass form (``attn.one_pass`` on the dQ block, te_defs/attention.one_pass): both main
   blocks tiled as above, their loops merged so that the dQ partials take the dK/dV pass's own
-  dS tiles (``_one_pass``); parallel over (b, kh, key chunk).
+  dS tiles (``_one_pass``); parallel over (b, kh).
 * bias grad (``attn.main`` = bias): parallel over 64 x 64 output tiles, the tile stages per
   (broadcast batch, head).
 * the tile stages (``attn.tile``) are computed at the tile loops above; the sources, Δ, lse and the
@@ -210,57 +210,53 @@ def _q(sch, block, unit) -> None:
 
 
 def _one_pass(sch, kv, q, unit) -> None:
-    """dK/dV and the dQ partials (te_defs/attention.one_pass) in one loop nest over the same
-    tiles:
+    """dK/dV and dQ in one loop nest over the same tiles (te_defs/attention.one_pass):
 
-        parallel for (b, kh, key chunk):
-            dQ partial of the chunk, rows of the group's heads = 0
-            for 64-key tile of the chunk:
+        parallel for (b, kh):
+            dQ rows of the group's heads = 0
+            for 64-key tile:
                 acc_dk, acc_dv [64, D] = 0
                 for g, 64-row tile:
-                    S, dP, P, dS [64, 64]                                 (as in _kv)
-                    acc_dk, acc_dv += ...                                 (as in _kv)
-                    dQ partial[rows, d block] += dS[rows, key]·K[key, d block]   (as in _q)
+                    S, dP, P, dS [64, 64]                                  (as in _kv)
+                    acc_dk, acc_dv += ...                                  (as in _kv)
+                    dQ[rows, d block] += dS[rows, key]·K[key, d block]     (as in _q)
                 dK, dV = s·acc_dk, acc_dv
+            dQ *= s
 
-    Each worker owns its chunk's dQ partial, so no atomics; the partials are summed afterwards in
-    chunk order (a plain block). Both nests are tiled as _kv and _q tile them, then their
-    (b, kh, chunk, key tile, g, row tile) loops merged."""
-    b, kh, ch, j, d, g, i = sch.get_loops(kv)
+    Each (b, kh) worker owns every dQ row its query heads have, so dQ accumulates in place, in
+    key order, without atomics. Both nests are tiled as _kv and _q tile them, then their
+    (b, kh, key tile, g, row tile) loops merged."""
+    b, kh, j, d, g, i = sch.get_loops(kv)
     keys, lanes = _micro(sch, kv, unit, d, pair=True)
     jb, jc = sch.split(j, [None, TILE])
     ib, ir = sch.split(i, [None, TILE])
     jco, jci = sch.split(jc, [None, keys])
     do, di = _split_in(sch, d, lanes)
-    sch.reorder(b, kh, ch, jb, g, ib, *_present(do, jco, ir, jci, di))
+    sch.reorder(b, kh, jb, g, ib, *_present(do, jco, ir, jci, di))
     sch.unroll(jci)
     sch.vectorize(di)
 
-    qch, qb, qh, qi, qd, qj = sch.get_loops(q)
+    qb, qh, qi, qd, qj = sch.get_loops(q)
     qkh, qg = sch.split(qh, [None, const_extent(sch, g)])
     qib, qir = sch.split(qi, [None, TILE])
     qjb, qjc = sch.split(qj, [None, TILE])
     rows, qlanes = _micro(sch, q, unit, qd)
     qiro, qiri = sch.split(qir, [None, rows])
     qdo, qdi = _split_in(sch, qd, qlanes)
-    sch.reorder(qb, qkh, qch, qjb, qg, qib, qiro, *_present(qdo, qjc, qiri, qdi))
+    sch.reorder(qb, qkh, qjb, qg, qib, qiro, *_present(qdo, qjc, qiri, qdi))
     sch.unroll(qiri)
     sch.vectorize(qdi)
 
-    pairs = ((b, qb), (kh, qkh), (ch, qch), (jb, qjb), (g, qg), (ib, qib))
-    b, kh, ch, jb, g, ib = (sch.merge(x, y) for x, y in pairs)
-    parallel(sch, [b, kh, ch])
+    pairs = ((b, qb), (kh, qkh), (jb, qjb), (g, qg), (ib, qib))
+    b, kh, jb, g, ib = (sch.merge(x, y) for x, y in pairs)
+    par = parallel(sch, [b, kh])
     _tiles_under(sch, [kv, q], ib, unit)
     for ep in _epilogues(sch, kv):
         sch.reverse_compute_at(ep, jb)
+    for ep in _epilogues(sch, q):
+        sch.reverse_compute_at(ep, par)
     sch.decompose_reduction(kv, g)
     sch.decompose_reduction(q, jb)
-    (total,) = sch.get_consumers(q)               # Σ over chunks: d vectorised, chunks outside
-    *rows, d, rc = sch.get_loops(total)
-    sch.reorder(rc, d)
-    parallel(sch, rows)
-    sch.vectorize(d)
-    sch.decompose_reduction(total, rc)
 
 
 def _bias(sch, block, unit) -> None:
