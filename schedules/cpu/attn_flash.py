@@ -184,6 +184,13 @@ def _accumulate(sch, block, outer, tiles_at, init_at, unit) -> None:
 
 
 def _kv(sch, block, unit) -> None:
+    b, kh, jb, g, ib = _kv_tiles(sch, block, unit)
+    _accumulate(sch, block, [b, kh, jb], ib, g, unit)
+
+
+def _kv_tiles(sch, block, unit):
+    """The dK/dV block's loops tiled (key tile, g, row tile, then the micro-kernel); -> its
+    outer loops (b, kh, key tile, g, row tile)."""
     b, kh, j, d, g, i = sch.get_loops(block)
     keys, lanes = _micro(sch, block, unit, d, pair=True)
     jb, jc = sch.split(j, [None, TILE])
@@ -193,7 +200,7 @@ def _kv(sch, block, unit) -> None:
     sch.reorder(b, kh, jb, g, ib, *_present(do, jco, ir, jci, di))
     sch.unroll(jci)
     sch.vectorize(di)
-    _accumulate(sch, block, [b, kh, jb], ib, g, unit)
+    return b, kh, jb, g, ib
 
 
 def _q(sch, block, unit) -> None:
@@ -226,16 +233,7 @@ def _one_pass(sch, kv, q, unit) -> None:
     Each (b, kh) worker owns every dQ row its query heads have, so dQ accumulates in place, in
     key order, without atomics. Both nests are tiled as _kv and _q tile them, then their
     (b, kh, key tile, g, row tile) loops merged."""
-    b, kh, j, d, g, i = sch.get_loops(kv)
-    keys, lanes = _micro(sch, kv, unit, d, pair=True)
-    jb, jc = sch.split(j, [None, TILE])
-    ib, ir = sch.split(i, [None, TILE])
-    jco, jci = sch.split(jc, [None, keys])
-    do, di = _split_in(sch, d, lanes)
-    sch.reorder(b, kh, jb, g, ib, *_present(do, jco, ir, jci, di))
-    sch.unroll(jci)
-    sch.vectorize(di)
-
+    b, kh, jb, g, ib = _kv_tiles(sch, kv, unit)
     qb, qh, qi, qd, qj = sch.get_loops(q)
     qkh, qg = sch.split(qh, [None, const_extent(sch, g)])
     qib, qir = sch.split(qi, [None, TILE])
