@@ -108,8 +108,9 @@ def test_flash_attn_mha_odd_shapes_and_broadcast_masks():
 def test_flash_attn_cpu_forms(one_pass, monkeypatch, tmp_path):
     """The CPU's one-pass form (te_defs/attention.one_pass) and the two-pass form (what a
     function made outside it, e.g. a tuning trace's, keeps) both match the reference: 5 key
-    tiles, the last one partly past the keys, 2 query heads per kv head, and causal. The one-pass kernel has one set
-    of S/dP tile products (5 tile products), the two-pass kernel two."""
+    tiles, the last one partly past the keys, 2 query heads per kv head, and causal. The
+    one-pass kernel has one set of S/dP tile products (5 tile products), the two-pass kernel
+    two (7)."""
     import contextlib
 
     import tvmgrad.te_defs.attention as attention

@@ -20,8 +20,8 @@ accumulators in registers across the whole reduction.
 * dQ main block (``attn.main`` = q): parallel over (b, h, 64-row tile), tiles recomputed per
   64-key block, for (row, d) blocks: for key: acc[rows, d block] += dS[rows, key]·K[key, d block].
 * the one-pass form (``attn.one_pass`` on the dQ block, te_defs/attention.one_pass): both main
-  blocks tiled as above, their loops merged so that the dQ partials take the dK/dV pass's own
-  dS tiles (``_one_pass``); parallel over (b, kh).
+  blocks tiled as above, their loops merged so that dQ takes the dK/dV pass's own dS tiles
+  (``_one_pass``); parallel over (b, kh), each worker owning its query heads' dQ rows.
 * bias grad (``attn.main`` = bias): parallel over 64 x 64 output tiles, the tile stages per
   (broadcast batch, head).
 * the tile stages (``attn.tile``) are computed at the tile loops above; the sources, Δ, lse and the
