@@ -14,6 +14,7 @@ def _bench(*args):
     return proc.stdout
 
 
+@pytest.mark.slow      # the default run keeps test_bench_without_paddle_or_torch_prints_na's table
 def test_bench_prints_one_row_per_op_with_ratios():
     out = _bench("relu_grad", "atan2_grad:bcast", "--size", "65536", "--repeat", "3", "--rounds", "2")
     lines = out.splitlines()

@@ -281,6 +281,7 @@ def _planes_cuda_form():
     return results
 
 
+@pytest.mark.slow      # CI runs it by name (.ci/run): the default run's time budget
 def test_depthwise_planes_cuda_form_matches_the_cpu_form():
     """Both forms of te_defs/_conv_planes.py (the CPU one is checked against Paddle above) agree
     on every PLANES configuration; the CUDA form's math runs here on LLVM."""

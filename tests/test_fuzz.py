@@ -586,6 +586,7 @@ def check(records: list[dict], ops: list[str]) -> None:
     assert not lines, f"{len(lines)} fuzz failures ({summarize(records)}):\n" + "\n".join(lines)
 
 
+@pytest.mark.slow      # CI runs it by name (.ci/run): the default run's time budget
 def test_fuzz_sample():
     ops = sampled_ops()
     check(sweep(ops), ops)

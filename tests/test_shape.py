@@ -1053,10 +1053,9 @@ def test_shape_extra_dtypes_are_what_paddle_registers():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [pytest.param(d, marks=[pytest.mark.slow]
-                                                if d in ("complex128", "bool", "int8", "uint8", "int16", "int64") else [])
-                                   for d in CPLX + INTLIKE])
+@pytest.mark.parametrize("dtype", CPLX + INTLIKE)
 @pytest.mark.sweep
+@pytest.mark.slow      # every dtype in CI's "sweep and slow" run; none in the default run (its time)
 def test_extra_dtype_kernels_compile_to_cubin_without_spills(dtype):
     """Every kernel of the complex/integer/bool cases above compiles for CUDA (sm_80, sm_90)
     without spills."""
