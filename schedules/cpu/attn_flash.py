@@ -204,16 +204,30 @@ def _kv_tiles(sch, block, unit):
 
 
 def _q(sch, block, unit) -> None:
+    b, h, ib, jb = _q_tiles(sch, block, unit)
+    _accumulate(sch, block, [b, h, ib], jb, jb, unit)
+
+
+def _q_tiles(sch, block, unit, group=None):
+    """The dQ block's loops tiled (row tile, key tile, then the micro-kernel); -> its outer
+    loops (b, h, row tile, key tile), or with ``group`` (the one-pass form: G query heads per kv
+    head) the heads split and the key tile outside g, as _kv_tiles orders them: (b, kh, key
+    tile, g, row tile)."""
     b, h, i, d, j = sch.get_loops(block)
     rows, lanes = _micro(sch, block, unit, d)
     ib, ir = sch.split(i, [None, TILE])
     jb, jc = sch.split(j, [None, TILE])
     iro, iri = sch.split(ir, [None, rows])
     do, di = _split_in(sch, d, lanes)
-    sch.reorder(b, h, ib, jb, iro, *_present(do, jc, iri, di))
+    if group is None:
+        outer = [b, h, ib, jb]
+    else:
+        kh, g = sch.split(h, [None, group])
+        outer = [b, kh, jb, g, ib]
+    sch.reorder(*outer, iro, *_present(do, jc, iri, di))
     sch.unroll(iri)
     sch.vectorize(di)
-    _accumulate(sch, block, [b, h, ib], jb, jb, unit)
+    return outer
 
 
 def _one_pass(sch, kv, q, unit) -> None:
@@ -234,17 +248,7 @@ def _one_pass(sch, kv, q, unit) -> None:
     key order, without atomics. Both nests are tiled as _kv and _q tile them, then their
     (b, kh, key tile, g, row tile) loops merged."""
     b, kh, jb, g, ib = _kv_tiles(sch, kv, unit)
-    qb, qh, qi, qd, qj = sch.get_loops(q)
-    qkh, qg = sch.split(qh, [None, const_extent(sch, g)])
-    qib, qir = sch.split(qi, [None, TILE])
-    qjb, qjc = sch.split(qj, [None, TILE])
-    rows, qlanes = _micro(sch, q, unit, qd)
-    qiro, qiri = sch.split(qir, [None, rows])
-    qdo, qdi = _split_in(sch, qd, qlanes)
-    sch.reorder(qb, qkh, qjb, qg, qib, qiro, *_present(qdo, qjc, qiri, qdi))
-    sch.unroll(qiri)
-    sch.vectorize(qdi)
-
+    qb, qkh, qjb, qg, qib = _q_tiles(sch, q, unit, group=const_extent(sch, g))
     pairs = ((b, qb), (kh, qkh), (jb, qjb), (g, qg), (ib, qib))
     b, kh, jb, g, ib = (sch.merge(x, y) for x, y in pairs)
     par = parallel(sch, [b, kh])
