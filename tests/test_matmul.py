@@ -59,6 +59,22 @@ def test_bmm_grad_large_tiles():
           "float32", rtol=1e-4, atol=1e-4)
 
 
+def test_bmm_grad_packed_copies_partition_their_crop():
+    """The operand copies packed for the CPU micro-kernel (schedules/cpu/gemm_dense._source) run
+    their whole 4-row groups without the crop's test: each loop the test reads carries TVM's
+    loop-partition hint (the tails keep it; test_bmm_grad_large_tiles checks their values)."""
+    import re
+
+    from tvmgrad import build, runtime, targets
+    launch = runtime.prepare("bmm_grad", {"x": N(2, 130, 67), "y": N(2, 67, 129),
+                                          "out_grad": N(2, 130, 129)})
+    text = build.lower(launch.plan, targets.resolve("llvm")).script()
+    for copy in ("bmm_dx_a", "bmm_dy_a"):
+        nest = re.search(rf"((?:\n *for [^\n]*)+)\n *with T\.sblock\(\"{copy}\"\)", text).group(1)
+        loops = nest.strip().splitlines()
+        assert len(loops) == 3 and all("pragma_loop_partition_hint" in lp for lp in loops), nest
+
+
 def test_bmm_grad_errors():
     with pytest.raises(ValueError, match=r"bmm_grad: .*contracted dim.*y.shape\[1\]"):
         tvmgrad.run("bmm_grad", {"x": N(2, 3, 4), "y": N(2, 5, 5), "out_grad": N(2, 3, 5)})
