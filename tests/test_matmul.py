@@ -54,14 +54,14 @@ def test_bmm_grad_adjoint():
 
 
 def test_bmm_grad_large_tiles():
-    """Several CPU tiles and tails in every dim (64-wide panels, 4-row tiles)."""
+    """Several CPU tiles and tails in every dim (64-wide panels, the micro-kernel's row tiles)."""
     check("bmm_grad", {"x": N(2, 130, 67), "y": N(2, 67, 129), "out_grad": N(2, 130, 129)}, {},
           "float32", rtol=1e-4, atol=1e-4)
 
 
 def test_bmm_grad_packed_copies_partition_their_crop():
     """The operand copies packed for the CPU micro-kernel (schedules/cpu/gemm_dense._source) run
-    their whole 4-row groups without the crop's test: each loop the test reads carries TVM's
+    their whole row groups without the crop's test: each loop the test reads carries TVM's
     loop-partition hint (the tails keep it; test_bmm_grad_large_tiles checks their values)."""
     import re
 

@@ -1,10 +1,10 @@
 """CPU schedule of the dense family (te_defs/_dense.py): register-blocked contractions.
 
 A contraction block (annotation ``dense.main``) has one M axis and one N axis, padded to their
-grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 4 rows (6 where 4 leave too few
-accumulators: ``micro_kernel``), nb the most lanes (a power-of-two number of vectors) whose mb·nb
+grains ``gm`` / ``gn``; the micro-kernel tile is mb x nb: mb = 6 rows where they fit, else 4
+(``micro_kernel``), nb the most lanes (a power-of-two number of vectors) whose 4·nb
 accumulators, the nb-wide operand row and a broadcast fit the target's vector registers (AVX-512:
-4 x 64 float32 lanes in 16 of 32 zmm; AVX2: 6 x 16 lanes in 12 of 16 ymm), less when the grain is
+6 x 64 float32 lanes in 24 of 32 zmm; AVX2: 6 x 16 lanes in 12 of 16 ymm), less when the grain is
 smaller. It becomes:
 
     parallel for (outer axes..., N tile)            # order "nm" (or M tile for "mn")
@@ -57,16 +57,25 @@ MIN_STEPS = 32     # a reduction loop this long (with those after it) is a run o
 def micro_kernel(unit: VectorUnit, dtype: str, *, power_of_two: bool = False) -> tuple[int, int]:
     """(mb, nb) of the register-blocked micro-kernel for a vector unit and accumulator dtype.
 
-    4 rows; 6 where the 4-row tile has fewer than MIN_CHAINS accumulators and a 6-row one more
-    (AVX2 and SSE: 16 registers hold 4 x 2 or 6 x 2 vectors of accumulators): each accumulator is
-    one chain of dependent FMAs, and 8 chains keep two FMA ports of latency 4 busy only while no
-    load stalls (bmm_grad on x86-64-v3: 6 rows -10%; AVX-512's 4 x 4 zmm gained nothing from 6).
-    A row count of 6 needs the M axis padded to a multiple of 6 (te_defs/_dense.row_tiles);
-    ``power_of_two``: the tile of a caller that only splits by powers of two."""
+    nb: the lanes of the 4-row tile (``_lanes``). 6 rows of them where they fit the registers
+    (AVX2 and SSE: 6 x 2 vectors in 16 registers; AVX-512 and NEON: 6 x 4 in 32): each
+    accumulator is one chain of dependent FMAs, and per broadcast a row adds nb/lanes FMAs for
+    no more vector loads. AVX2's 4-row tile has 8 chains, which keep two FMA ports of latency 4
+    busy only while no load stalls (bmm_grad on x86-64-v3: 6 rows -10%). AVX-512's 4 x 4 zmm
+    gained nothing from 6 rows on a Sapphire Rapids VM but 5-16% on bmm_grad and addmm_grad on
+    a later Xeon VM (2 threads, in turns: stop 44); else 6 rows of fewer lanes where 4 rows hold
+    fewer than MIN_CHAINS accumulators. A row count of 6 needs the M axis padded to a multiple
+    of 6 (te_defs/_dense.row_tiles); ``power_of_two``: the 4-row tile, for a caller that only
+    splits by powers of two."""
     nb = _lanes(unit, dtype, ROWS[0])
-    if not power_of_two and ROWS[0] * unit.vectors(nb, dtype) < MIN_CHAINS:
+    if power_of_two:
+        return ROWS[0], nb
+    vectors = unit.vectors(nb, dtype)
+    if (ROWS[1] + 1) * vectors + 1 <= unit.registers:
+        return ROWS[1], nb
+    if ROWS[0] * vectors < MIN_CHAINS:
         wide = _lanes(unit, dtype, ROWS[1])
-        if ROWS[1] * unit.vectors(wide, dtype) > ROWS[0] * unit.vectors(nb, dtype):
+        if ROWS[1] * unit.vectors(wide, dtype) > ROWS[0] * vectors:
             return ROWS[1], wide
     return ROWS[0], nb
 
@@ -358,7 +367,7 @@ def _partition_at_crop(sch, block) -> None:
     """Each serial loop of an in-bounds copy whose var its crop (the block predicate) tests
     marked for TVM's loop partitioning: the loop then runs its whole tiles without the test and
     a tail with it. Tested per element, each element was a scalar load, compare and branch
-    (a packed operand's 4-row groups: ~8 % of bmm_grad's time); untested, LLVM vectorises the
+    (a packed operand's row groups: ~8 % of bmm_grad's time); untested, LLVM vectorises the
     copy."""
     from tvm import tirx
     loops = sch.get_loops(block)
