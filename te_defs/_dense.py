@@ -12,12 +12,13 @@ carries ``main_attrs``; the ``gemm_dense`` schedules tile it (register-blocked m
 the CPU, shared-memory tiles on CUDA), see schedules/cpu/gemm_dense.py and
 schedules/cuda/gemm_dense.py.
 
-One thing the math takes from the target: a CPU micro-kernel of 6 rows (AVX2, where 4 rows leave
-too few accumulators) tiles a long M axis padded to a multiple of 6, not of 64. The build says so
-while it makes a function for a CPU target's rules (``row_tiles``, entered by tvmgrad.build.lower,
-which Relax's scheduling pass uses too); the plan and its key do not change (the kernel cache keys
-the target), and a function made outside it (the one a tuning trace was recorded on) keeps the
-grain, which the schedule then tiles with 4 rows.
+One thing the math takes from the target: a CPU micro-kernel of 6 rows (wherever they fit the
+registers: AVX2, AVX-512, SSE) tiles a long M axis padded to a multiple of 6, not of 64
+(``tile_row_grain``: ``gemm`` here, conv.py's channel-blocked data and filter grads). The build
+says so while it makes a function for a CPU target's rules (``row_tiles``, entered by
+tvmgrad.build.lower, which Relax's scheduling pass uses too); the plan and its key do not change
+(the kernel cache keys the target), and a function made outside it (the one a tuning trace was
+recorded on) keeps the grain, which the schedule then tiles with 4 rows.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from tvmgrad.dtypes import to_compute
 from tvmgrad.infer_meta import is_symbolic
 from tvmgrad.lazy import te, tirx
 
-__all__ = ["SRC_ROOT", "SRC_TILE", "PAD_K", "grain", "row_tiles", "main_attrs", "ceil_to", "zero",
-           "load", "store", "source", "gemm"]
+__all__ = ["SRC_ROOT", "SRC_TILE", "PAD_K", "grain", "row_tiles", "tile_row_grain", "main_attrs",
+           "ceil_to", "zero", "load", "store", "source", "gemm"]
 
 SRC_ROOT = {"dense.src": "root"}    # an operand copy made once, before the contraction
 SRC_TILE = {"dense.src": "tile"}    # an operand copy made per outer tile (a packed panel on CPU)
@@ -63,7 +64,7 @@ def row_tiles(rows_of):
         _TILE_ROWS.reset(token)
 
 
-def _row_grain(gm: int, acc: str) -> int:
+def tile_row_grain(gm: int, acc: str) -> int:
     """The padding grain of a contraction's M axis: ``gm``, or the rows of the micro-kernel
     the build announced (``row_tiles``) for a long axis that they do not divide."""
     rows_of = _TILE_ROWS.get()
@@ -132,7 +133,7 @@ def gemm(name, batch, M, N, K, a, b, dt, gm, gn, *, b_src="tile", order="nm", ac
     sources stay float16 and the contraction is annotated ``dense.tc``: the CUDA schedule runs
     it on tensor cores (WMMA 16x16x16, float32 accumulation) when its grains allow."""
     acc = acc or dt.compute
-    gm = _row_grain(gm, acc)
+    gm = tile_row_grain(gm, acc)
     nbat = len(batch)
     Mp, Np, Kp = ceil_to(M, gm), ceil_to(N, gn), ceil_to(K, PAD_K)
     tc = exact and dt.name == "float16" and acc == "float32"

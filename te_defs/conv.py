@@ -49,7 +49,7 @@ from tvmgrad.families.dense import View, dense_op
 from tvmgrad.infer_meta import is_symbolic
 
 from . import _conv_planes
-from ._dense import GRAINS, PAD_K, ceil_to, grain, load, main_attrs, store
+from ._dense import GRAINS, PAD_K, ceil_to, grain, load, main_attrs, store, tile_row_grain
 from ._plan import fail
 
 CHANNEL_FIRST = ("NCHW", "NCDHW")
@@ -429,6 +429,8 @@ def data_grad(name, dy, w, geom, dt, I_sizes, gm, gn, gk, depthwise, *, index, d
     last = geom.last if last is None else last
     N, Og, Cg = dy.N, w.O, w.C
     acc = dt.compute
+    if not depthwise:       # M (c, or the last spatial dim) padded for the CPU micro-kernel's rows
+        gm = tile_row_grain(gm, acc)
     d, K = geom.d, geom.k
     Op = ceil_to(Og, gk)
     P, Gp, Cpd = _data_extents(geom, I_sizes, Cg, gm, gn, depthwise, index, last)
@@ -487,6 +489,8 @@ def filter_grad(name, dy, x, geom, dt, gm, gn, gk, depthwise, *, index, unfold=T
     S, G = geom.S, geom.G
     N, Og, Cg = dy.N, dy.C, x.C
     acc = dt.compute
+    if not depthwise:       # M = o padded for the CPU micro-kernel's rows (as in data_grad)
+        gm = tile_row_grain(gm, acc)
     s, d, lo, K = geom.s, geom.d, geom.lo, geom.k
     O, I = dy.sp, x.sp
     L = S - 1

@@ -146,6 +146,28 @@ def test_conv2d_grad_special_values():
     check("conv2d_grad", inputs, attrs, "float64")
 
 
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="x86-64 CPU names")
+@pytest.mark.parametrize("cpu", ["x86-64-v3", "x86-64-v4"])
+def test_channel_blocked_grads_tile_the_targets_micro_kernel_rows(cpu):
+    """A channel-first conv2d_grad with 64 channels and a 3 x 5 window (its data grad stays
+    channel-first: _channel_last_data): its data grad (M = c) and filter grad (M = o) pad their
+    channels to the target's micro-kernel rows (6: 66 channels, not 64) and tile by
+    them, as _dense.gemm's contractions do; on the host the grads are Paddle's."""
+    import re
+
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    attrs = attrs2(paddings=[1, 2])
+    inputs = {k: v.astype("float32") for k, v in
+              conv_inputs((1, 64, 9, 10), (64, 64, 3, 5), attrs).items()}
+    planned = plan_call("conv2d_grad", inputs, attrs, target=f"llvm:{cpu}")
+    script = lower(planned.plan, planned.target).script()
+    assert set(re.findall(r'"dense\.gm": (\d+)', script)) == {"6"}, cpu
+    assert set(re.findall(r"T\.unroll\((\d+)\)", script)) >= {"6"}, cpu
+    if cpu == "x86-64-v3":        # any x86-64 host runs AVX2 code; the host's own target here
+        check("conv2d_grad", inputs, attrs, "float64")      # float64: 960-term sums, exact
+
+
 def test_conv2d_grad_adjoint():
     """⟨conv(x', w), g⟩ = ⟨x', input_grad(g)⟩ and ⟨conv(x, w'), g⟩ = ⟨w', filter_grad(g)⟩,
     with our own forward convolution (conv2d_grad_grad's grad_out_grad)."""
