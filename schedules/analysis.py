@@ -9,7 +9,7 @@ from tvm import ir, tirx
 
 __all__ = ["BlockInfo", "analyze", "top_blocks", "root_block", "annotations", "as_int",
            "const_extent", "loop_letters", "epilogue", "is_scheduled", "is_bound", "by_role",
-           "indexed_by", "called_ops", "uses"]
+           "indexed_by", "called_ops", "uses", "iter_bindings"]
 
 _KIND = {0: "S", 2: "R"}   # tirx.IterVar kinds: kDataPar, kCommReduce
 
@@ -110,7 +110,7 @@ def analyze(sch, block) -> BlockInfo:
     """Loop kinds from the block's iter-var bindings; whether a reduction reads rows."""
     blk = sch.get(block)
     loops = list(sch.get_loops(block))
-    bindings = _bindings(sch, block)
+    bindings = iter_bindings(sch, block)
     kinds = []
     for lp in loops:
         var = sch.get(lp).loop_var
@@ -130,7 +130,7 @@ def analyze(sch, block) -> BlockInfo:
 _get_realize = tvm_ffi.get_global_func("s_tir.schedule.GetSBlockRealize")
 
 
-def _bindings(sch, block):
+def iter_bindings(sch, block):
     """(IterVar, bound value) pairs of a block, from its SBlockRealize."""
     realize = _get_realize(sch, block)
     return list(zip(realize.block.iter_vars, realize.iter_values))

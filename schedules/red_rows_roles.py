@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from .analysis import _bindings, analyze, annotations, top_blocks
+from .analysis import iter_bindings, analyze, annotations, top_blocks
 from .fits import ROW_ROLE
 
 __all__ = ["role", "inline_internal", "output_groups", "unpack_group", "attach_followers",
@@ -126,7 +126,7 @@ def kept_loops(sch, ro, rs_blocks):
         if any(region.source.same_as(b) for b in rs_bufs):
             for r in region.region:
                 used |= {v.name for v in tirx.analysis.undefined_vars(r.min)}
-    bindings = _bindings(sch, ro)
+    bindings = iter_bindings(sch, ro)
     loops = list(sch.get_loops(ro))
     kept = []
     for idx, lp in enumerate(loops):

@@ -274,3 +274,20 @@ def extra_dtypes(op):
     """op's complex/integer/bool dtypes (those Paddle registers for it; of an invoke op, the
     forward op's)."""
     return [d for d in CPLX + INTLIKE if d in tvmgrad.registry.get(op).implementation.dtypes]
+
+
+def scheduled(op: str, inputs: dict, attrs: dict | None = None, cpu: str | None = None):
+    """(planned call, scheduled TIR as TVMScript) of ``op``'s LLVM kernel for these inputs, for
+    ``llvm:<cpu>`` (the host's target when None): what the schedule tests read."""
+    from tvmgrad.build import lower
+    from tvmgrad.planning import plan_call
+    planned = plan_call(op, inputs, attrs, target=f"llvm:{cpu}" if cpu else "llvm")
+    return planned, lower(planned.plan, planned.target).script()
+
+
+def micro_kernel_rows(script: str) -> set[str]:
+    """The row counts of the register-blocked micro-kernels in a scheduled script: each
+    contraction's update block, under its unrolled rows and vectorised lanes."""
+    import re
+    return set(re.findall(r"T\.unroll\((\d+)\):\s*for \w+ in T\.vectorized\(\d+\):\s*"
+                          r"with T\.sblock\(\"\w+_update\"\)", script))

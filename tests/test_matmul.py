@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import tvmgrad
-from harness import FLOATS, TOL, assert_close, check, from_paddle, leaf, pgrad, rng, to_paddle
+from harness import (FLOATS, TOL, assert_close, check, from_paddle, leaf, pgrad, rng, scheduled,
+                     to_paddle)
 
 FAST = ("float64", "float32")
 
@@ -65,14 +66,33 @@ def test_bmm_grad_packed_copies_partition_their_crop():
     loop-partition hint (the tails keep it; test_bmm_grad_large_tiles checks their values)."""
     import re
 
-    from tvmgrad import build, runtime, targets
-    launch = runtime.prepare("bmm_grad", {"x": N(2, 130, 67), "y": N(2, 67, 129),
-                                          "out_grad": N(2, 130, 129)})
-    text = build.lower(launch.plan, targets.resolve("llvm")).script()
+    _, text = scheduled("bmm_grad", {"x": N(2, 130, 67), "y": N(2, 67, 129),
+                                     "out_grad": N(2, 130, 129)})
     for copy in ("bmm_dx_a", "bmm_dy_a"):
         nest = re.search(rf"((?:\n *for [^\n]*)+)\n *with T\.sblock\(\"{copy}\"\)", text).group(1)
         loops = nest.strip().splitlines()
         assert len(loops) == 3 and all("pragma_loop_partition_hint" in lp for lp in loops), nest
+
+
+@pytest.mark.parametrize("cpu,lanes", [("x86-64-v3", 8), ("x86-64-v4", 16)])
+@pytest.mark.skipif(__import__("platform").machine() != "x86_64", reason="x86-64 CPU names")
+def test_bmm_grad_transposed_panel_copies_in_blocks(cpu, lanes):
+    """x_grad's panel of y^T (its lanes walk y across rows) is copied a block of lanes x lanes
+    at a time: each block's lanes unrolled around a vector run along y's rows
+    (schedules/cpu/gemm_dense._transpose_in_blocks); y_grad's panel (rows of out_grad) is not.
+    Odd shapes: the tails of both blocks' loops; the grads are the products'."""
+    import re
+
+    x, y, g = (N(2, 13, 37), N(2, 37, 21), N(2, 13, 21))
+    inputs = {k: v.astype("float32") for k, v in zip(("x", "y", "out_grad"), (x, y, g))}
+    planned, text = scheduled("bmm_grad", inputs, cpu=cpu)
+    blocked = re.findall(rf"T\.unroll\({lanes}\):\s*for \w+ in T\.vectorized\({lanes}\):\s*"
+                         r"with T\.sblock\(\"(\w+)\"\)", text)
+    assert blocked == ["bmm_dx_b"], text
+    if not planned.target.missing_on_host:          # this host runs the kernel
+        out = tvmgrad.run("bmm_grad", inputs, target=f"llvm:{cpu}")
+        np.testing.assert_allclose(out["x_grad"], g @ y.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out["y_grad"], x.transpose(0, 2, 1) @ g, rtol=1e-4, atol=1e-4)
 
 
 def test_bmm_grad_errors():

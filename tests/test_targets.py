@@ -18,6 +18,7 @@ from tvm.target import codegen  # noqa: E402
 
 from tvmgrad.schedules.cpu._isa import VectorUnit, vector_unit  # noqa: E402
 from tvmgrad.schedules.cpu.gemm_dense import micro_kernel  # noqa: E402
+from harness import micro_kernel_rows, scheduled  # noqa: E402
 
 X86 = pytest.mark.skipif(hostcpu.host().arch != "x86_64", reason="x86-64 CPU names")
 
@@ -188,16 +189,13 @@ def test_contractions_pad_rows_for_the_targets_micro_kernel(cpu, rows, grain):
     """bmm_grad's long M axes (100 and 70 rows) are tiled by the target's micro-kernel rows and
     padded for them: 6 rows (102 and 72 rows, not 128) wherever they fit the registers, AVX2,
     AVX-512 and SSE alike; the grads are the products'."""
-    from tvmgrad.build import lower
-    from tvmgrad.planning import plan_call
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((2, 100, 70)), rng.standard_normal((2, 70, 50))
     g = rng.standard_normal((2, 100, 50))
     inputs = {k: v.astype("float32") for k, v in (("x", x), ("y", y), ("out_grad", g))}
-    planned = plan_call("bmm_grad", inputs, target=f"llvm:{cpu}")
-    script = lower(planned.plan, planned.target).script()
+    planned, script = scheduled("bmm_grad", inputs, cpu=cpu)
     assert set(re.findall(r'"dense\.gm": (\d+)', script)) == {str(grain)}
-    assert set(re.findall(r"T\.unroll\((\d+)\)", script)) == {str(rows)}
+    assert micro_kernel_rows(script) == {str(rows)}
     if not planned.target.missing_on_host:          # this host runs the kernel
         out = tvmgrad.run("bmm_grad", inputs, target=f"llvm:{cpu}")
         np.testing.assert_allclose(out["x_grad"], g @ y.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
@@ -207,10 +205,7 @@ def test_contractions_pad_rows_for_the_targets_micro_kernel(cpu, rows, grain):
 def _output_lanes(op, inputs, cpu) -> int:
     """The vector length of the loop around ``op``'s output block ``ro_x_grad`` in its scheduled
     TIR for ``llvm:<cpu>``."""
-    from tvmgrad.build import lower
-    from tvmgrad.planning import plan_call
-    planned = plan_call(op, inputs, target=f"llvm:{cpu}")
-    script = lower(planned.plan, planned.target).script()
+    _, script = scheduled(op, inputs, cpu=cpu)
     (lanes,) = re.findall(r"T\.vectorized\((?:T\.int\d+\()?(\d+)\)*:\s*"
                           r"with T\.sblock\(\"ro_x_grad\"\)", script)
     return int(lanes)

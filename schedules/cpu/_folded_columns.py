@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm_ffi import structural_equal
 
-from ..analysis import _bindings, analyze, top_blocks
+from ..analysis import iter_bindings, analyze, top_blocks
 from ..loops import fuse
 from ..red_rows_roles import role
 from ._parallel import serial_reduction
@@ -48,7 +48,7 @@ class ColumnFold:
 def column_folds(sch, ro, lead: int) -> list:
     """The ``col_sum`` blocks that can be summed inside the row loop of output block ``ro``
     (whose ``lead`` outermost loops are the rows)."""
-    ro_bind = _bindings(sch, ro)
+    ro_bind = iter_bindings(sch, ro)
     ro_loops = list(sch.get_loops(ro))[:lead]
     row_vars = []
     for lp in ro_loops:
@@ -70,7 +70,7 @@ def _column_fold(sch, ro, cs, row_vars):
     info = analyze(sch, cs)
     if sch.get(cs).init is None or len(sch.get(cs).writes) != 1 or sch.get_producers(cs):
         return None                       # (it reads only inputs: nothing the row loop makes)
-    bind = _bindings(sch, cs)
+    bind = iter_bindings(sch, cs)
     loops = []                       # (iter var, position, reduced?) of each of cs's loops
     for pos, lp in enumerate(info.loops):
         bound = [iv for iv, v in bind if v.same_as(sch.get(lp).loop_var)]

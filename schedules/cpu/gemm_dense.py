@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from .. import cpu as generic
 from ..analysis import (analyze, annotations, by_role, as_int, const_extent, epilogue, is_scheduled,
-                        top_blocks, uses)
+                        iter_bindings, top_blocks, uses)
 from ..fits import contraction, per_plane_form
 from ..loops import each_nest, keep_in_registers
 from ..schedule_rule import ScheduleRule
@@ -62,7 +62,7 @@ def micro_kernel(unit: VectorUnit, dtype: str, *, power_of_two: bool = False) ->
     accumulator is one chain of dependent FMAs, and per broadcast a row adds nb/lanes FMAs for
     no more vector loads. AVX2's 4-row tile has 8 chains, which keep two FMA ports of latency 4
     busy only while no load stalls (bmm_grad on x86-64-v3: 6 rows -10%). AVX-512's 4 x 4 zmm
-    gained nothing from 6 rows on a Sapphire Rapids VM but 5-16% on bmm_grad and addmm_grad on
+    gained nothing from 6 rows on a Sapphire Rapids VM but 4-14% on bmm_grad and addmm_grad on
     a later Xeon VM (2 threads, in turns: stop 44); else 6 rows of fewer lanes where 4 rows hold
     fewer than MIN_CHAINS accumulators. A row count of 6 needs the M axis padded to a multiple
     of 6 (te_defs/_dense.row_tiles); ``power_of_two``: the 4-row tile, for a caller that only
@@ -158,7 +158,7 @@ def _contraction(sch, block, unit: VectorUnit) -> None:
     sch.unroll(mi)
     sch.vectorize(ni)
     parallel(sch, [*outer, first])
-    _finish(sch, block, reduce, producers)
+    _finish(sch, block, reduce, producers, unit)
 
 
 def _swept_reduction(sch, reduce) -> tuple[list, list]:
@@ -226,7 +226,7 @@ def _row_contraction(sch, block, unit: VectorUnit, m_ax: int, n_ax: int, gn: int
     producers = _tile_sources_at(sch, block, no)
     sch.vectorize(ni)
     parallel(sch, _constant_strides(sch, [*outer, no]))
-    _finish(sch, block, reduce, producers)
+    _finish(sch, block, reduce, producers, unit)
 
 
 def _constant_strides(sch, loops) -> list:
@@ -293,15 +293,62 @@ def _pack_sources(sch, block, m_ax: int, n_ax: int, mb: int, nb: int) -> None:
         sch.reorder(*(loops[d] for d in kept), outer, *(loops[d] for d in walked), inner)
 
 
-def _finish(sch, block, reduce, sources) -> None:
+def _finish(sch, block, reduce, sources, unit: VectorUnit) -> None:
     """The accumulator's zero-init split off the reduction; each tile source copy's innermost
-    constant loop vectorised."""
+    constant loop vectorised, or the copy transposed in blocks (``_transpose_in_blocks``)."""
     if reduce:
         sch.decompose_reduction(block, reduce[0])
     for src in sources:
-        inner = sch.get_loops(src)[1:]
-        if inner and const_extent(sch, inner[-1]) is not None:
-            sch.vectorize(inner[-1])
+        loops = sch.get_loops(src)[1:]
+        if _transpose_in_blocks(sch, src, loops, unit):
+            continue
+        if loops and const_extent(sch, loops[-1]) is not None:
+            sch.vectorize(loops[-1])
+
+
+def _transpose_in_blocks(sch, src, loops, unit: VectorUnit) -> bool:
+    """A tile source whose lanes (its innermost loop) walk its input across rows, e.g. x_grad's
+    panel of y^T in bmm_grad, copied a block of lanes x lanes at a time: vector loads along the
+    input's rows, each block's lanes unrolled (LLVM: vector loads and lane extracts). Copied
+    lane by lane, each element was a load of its own, a row apart, with a zero-padding test
+    (7 % of bmm_grad's time on AVX-512, scalar; 1.5 % blocked). The zero padding is filled apart
+    (``decompose_padding``) and the row loop carries the loop-partition hint, which takes the
+    row test off whole blocks. Not the block loop: partitioned around its unrolled lanes it
+    stored out of bounds (TVM 0.27, x86-64-v3). Returns whether it did."""
+    if len(loops) < 2:
+        return False
+    lanes = unit.lanes(str(sch.get(src).writes[0].source.dtype))
+    row_loop = _loop_of_contiguous_read(sch, src, loops)
+    extent = const_extent(sch, loops[-1])
+    if row_loop is None or row_loop.same_as(loops[-1]) or not extent or extent % lanes:
+        return False
+    if sch.can_decompose_padding(src, loops[0]):
+        fill = sch.get_loops(sch.decompose_padding(src, loops[0]))[-1]
+        if const_extent(sch, fill) is not None:
+            sch.vectorize(fill)
+    at = next(i for i, lp in enumerate(loops) if lp.same_as(row_loop))
+    between = list(loops[at + 1:])
+    row_o, row_i = sch.split(row_loop, [None, lanes])
+    lane_o, lane_i = sch.split(between[-1], [None, lanes])
+    sch.reorder(row_o, *between[:-1], lane_o, lane_i, row_i)
+    sch.unroll(lane_i)
+    sch.vectorize(row_i)
+    sch.annotate(row_o, "pragma_loop_partition_hint", 1)
+    return True
+
+
+def _loop_of_contiguous_read(sch, block, loops):
+    """The loop among ``loops`` whose var indexes the last (contiguous) dim of the block's one
+    read, or None."""
+    blk = sch.get(block)
+    if len(blk.reads) != 1:
+        return None
+    last = blk.reads[0].region[-1].min
+    bound = [value for iv, value in iter_bindings(sch, block) if uses(last, iv.var)]
+    for lp in loops:
+        if any(uses(value, sch.get(lp).loop_var) for value in bound):
+            return lp
+    return None
 
 
 def _tile_sources_at(sch, block, loop) -> list:
