@@ -52,6 +52,7 @@ ROWS = (4, 6)      # micro-kernel rows (one broadcast each per reduction step): 
 MAX_NB = 64        # the widest tile: the padding grain of te_defs/_dense.grain
 MIN_CHAINS = 12    # accumulators a step wants: FMA latency (4) x FMA ports (2), and some slack
 MIN_STEPS = 32     # a reduction loop this long (with those after it) is a run of its own
+WALKED_VECTORS = 2  # a tile copy walking its input's rows for more vectors than this is blocked
 
 
 def micro_kernel(unit: VectorUnit, dtype: str, *, power_of_two: bool = False) -> tuple[int, int]:
@@ -311,7 +312,10 @@ def _transpose_in_blocks(sch, src, loops, unit: VectorUnit) -> bool:
     panel of y^T in bmm_grad, copied a block of lanes x lanes at a time: vector loads along the
     input's rows, each block's lanes unrolled (LLVM: vector loads and lane extracts). Copied
     lane by lane, each element was a load of its own, a row apart, with a zero-padding test
-    (7 % of bmm_grad's time on AVX-512, scalar; 1.5 % blocked). The zero padding is filled apart
+    (7 % of bmm_grad's time on AVX-512, scalar; 1.5 % blocked). Only a copy that walks more
+    than WALKED_VECTORS vectors of rows: AVX2's 16-lane panel walks 16 rows, lane by lane 4 % of
+    bmm_grad's time and blocked 4.9 % (LLVM extracts lanes rather than shuffle them in
+    registers). The zero padding is filled apart
     (``decompose_padding``) and the row loop carries the loop-partition hint, which takes the
     row test off whole blocks. Not the block loop: partitioned around its unrolled lanes it
     stored out of bounds (TVM 0.27, x86-64-v3). Returns whether it did."""
@@ -321,6 +325,8 @@ def _transpose_in_blocks(sch, src, loops, unit: VectorUnit) -> bool:
     row_loop = _loop_of_contiguous_read(sch, src, loops)
     extent = const_extent(sch, loops[-1])
     if row_loop is None or row_loop.same_as(loops[-1]) or not extent or extent % lanes:
+        return False
+    if extent <= WALKED_VECTORS * lanes:
         return False
     if sch.can_decompose_padding(src, loops[0]):
         fill = sch.get_loops(sch.decompose_padding(src, loops[0]))[-1]
