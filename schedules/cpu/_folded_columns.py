@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from tvm import tirx
 from tvm_ffi import structural_equal
 
-from ..analysis import iter_bindings, analyze, top_blocks
+from ..analysis import analyze, iter_bindings, top_blocks
 from ..loops import fuse
 from ..red_rows_roles import role
 from ._parallel import serial_reduction

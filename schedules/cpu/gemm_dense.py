@@ -315,10 +315,10 @@ def _transpose_in_blocks(sch, src, loops, unit: VectorUnit) -> bool:
     (7 % of bmm_grad's time on AVX-512, scalar; 1.5 % blocked). Only a copy that walks more
     than WALKED_VECTORS vectors of rows: AVX2's 16-lane panel walks 16 rows, lane by lane 4 % of
     bmm_grad's time and blocked 4.9 % (LLVM extracts lanes rather than shuffle them in
-    registers). The zero padding is filled apart
-    (``decompose_padding``) and the row loop carries the loop-partition hint, which takes the
-    row test off whole blocks. Not the block loop: partitioned around its unrolled lanes it
-    stored out of bounds (TVM 0.27, x86-64-v3). Returns whether it did."""
+    registers). The zero padding is filled apart (``decompose_padding``) and the row loop
+    carries the loop-partition hint, which takes the row test off whole blocks. Not the block
+    loop: partitioned around its unrolled lanes it stored out of bounds (TVM 0.27, x86-64-v3).
+    Returns whether it did."""
     if len(loops) < 2:
         return False
     lanes = unit.lanes(str(sch.get(src).writes[0].source.dtype))
