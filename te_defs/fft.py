@@ -149,11 +149,12 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str, cuda, scale=None):
                     _stockham(T, S, D, Wk, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, n_total,
                               l2, h, len2, name, scale)
                 with T.Else():
-                    _four_step(T, S, D, Wk, TB, T.buffer_proxy(lt_buf), s_buf, tw_buf, lt_buf, d_buf,
-                               w_buf, outer, length, inner, l2, h, len1, len2, sign, real, name, scale)
+                    _four_step(T, S, D, Wk, TB, T.buffer_proxy(lt_buf), s_buf, tw_buf, lt_buf,
+                               d_buf, w_buf, outer, length, inner, l2, h, len1, len2, sign, real,
+                               name, scale)
         return ib.get()
 
-    rows2 = tirx.min(len2, length)                  # = L2, in a form whose bounds infer (a shift's do not)
+    rows2 = tirx.min(len2, length)      # = L2, in a form whose bounds infer (a shift's do not)
     # the work buffer: the four-step's blocks of LANES lines (_four_step), the last one padded,
     # which only L2 < LANES leaves short: by less than LANES lines of L1 <= L2 rows each
     work = n_total + outer * _i64((LANES - 1) ** 2)
@@ -354,8 +355,8 @@ def _line_out(T, W, res, Wk, b, rows, runs, at) -> None:
                 Wk[at(k), 1] = W[res, k, 1, b]
 
 
-def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, length, inner, l2, h,
-               len1, len2, sign, real, name, scale):
+def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, length, inner,
+               l2, h, len1, len2, sign, real, name, scale):
     """The CPU form (``_fft_pow2``). A unit of LANES whole lines copies in and out through
     contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
     lines) through the clamped scalar copy. ``LT`` (L2, 2, LANES), filled first: w^{b·k}, the
@@ -406,8 +407,8 @@ def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, 
         T.writes(region(d_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
         base = o * li
-        full = _copy_in(T, W, len1, WF, Wk, cb * lanes, c2, lambda j, c: work_at(o, j, c), lanes, None,
-                        real)
+        full = _copy_in(T, W, len1, WF, Wk, cb * lanes, c2, lambda j, c: work_at(o, j, c), lanes,
+                        None, real)
         res = _stages(T, W, h1, len1, TB, len2, sign, real)
         with T.If(full):
             with T.Then():
