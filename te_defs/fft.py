@@ -14,10 +14,10 @@ The transform runs one axis at a time on flat complex buffers seen as (outer, L,
 
 * L a power of two (``_fft_pow2``), in one of two forms chosen by the ``tvmgrad_on_cuda`` flag:
   CPU, the four-step algorithm (L = L1·L2, two passes over memory, each a parallel sblock over
-  units of LANES neighbouring lines whose Stockham radix-2/4 stages all run in a cache-sized
-  scratch buffer, vectorised across the lines); CUDA, Stockham radix-2 autosort with one sblock
-  per stage over the butterflies of every line (a thread per butterfly, a launch per stage);
-  both take their twiddles from one two-level table of ~3·√L roots;
+  units of neighbouring lines (a 128-byte row of points) whose Stockham radix-2/4 stages all run
+  in a cache-sized scratch buffer, vectorised across the lines); CUDA, Stockham radix-2 autosort
+  with one sblock per stage over the butterflies of every line (a thread per butterfly, a launch
+  per stage); both take their twiddles from one two-level table of ~3·√L roots;
 * other L: Bluestein's chirp-z algorithm, a convolution done with three power-of-two FFTs of
   size M >= 2L - 1 (the chirp angles π·(j² mod 2L)/L stay exact).
 
@@ -78,9 +78,18 @@ def _flat(idx, shape):
     return f
 
 
-# Lines a CPU unit transforms together (the vector lanes of its butterflies): a row of 8 complex64
-# values is one 64-byte cache line. A blocking factor of the algorithm, not of an ISA.
-LANES = 8
+# A row of a CPU unit (the lines it transforms together, the vector lanes of its butterflies):
+# 128 bytes, the pair of cache lines that the L2's adjacent-line prefetcher fetches together. A
+# blocking factor of the algorithm and the memory, not of an ISA. 2^20 points, in-process A/B:
+# complex64 rows of 16 against 8 (one line): -9 % on x86-64-v3, -4 % on AVX-512; complex128 rows of
+# 16 (256 bytes) against 8: +5 %.
+ROW_BYTES = 128
+
+
+def lanes_of(real: str) -> int:
+    """The lines of a CPU unit for complex numbers of ``real`` pairs."""
+    import tvm
+    return ROW_BYTES // (2 * tvm.DataType(real).bits // 8)
 
 
 def _i64(v):
@@ -114,9 +123,10 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str, cuda, scale=None):
 
     CPU (``cuda`` = 0): the four-step algorithm, L = L1·L2 (L2 = 2**ceil(l2/2)), j = j1 + L1·j2,
     k = k2 + L2·k1: (1) the L2-point FFTs over j2 of every (outer, j1, inner) line, times
-    w^{j1·k2}, into a work buffer laid out (outer, j1, k2, inner); (2) the L1-point FFTs over j1
-    of every (outer, k2, inner) line into the result. Each is one parallel sblock over units of
-    LANES neighbouring lines (neighbours in memory: a unit loads and stores whole rows); a unit
+    w^{j1·k2}, into a work buffer (its lines (k2, inner) in blocks: ``_four_step``); (2) the
+    L1-point FFTs over j1 of every (outer, k2, inner) line into the result. Each is one parallel
+    sblock over units of ``lanes_of`` neighbouring lines (neighbours in memory: a unit loads and
+    stores whole rows); a unit
     copies its lines into a scratch buffer (rows x (re, im) x lanes, in cache) and runs all the
     Stockham radix-2 stages there, vectorised across the lanes: two passes over memory in all.
 
@@ -155,10 +165,11 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str, cuda, scale=None):
         return ib.get()
 
     rows2 = tirx.min(len2, length)      # = L2, in a form whose bounds infer (a shift's do not)
-    # the work buffer: the four-step's blocks of LANES lines (_four_step), the last one padded,
-    # which only L2 < LANES leaves short: by less than LANES lines of L1 <= L2 rows each
-    work = n_total + outer * _i64((LANES - 1) ** 2)
-    d, _, _ = te.extern([shape + [2], (work, 2), (rows2, 2, LANES)], [src, tw], gen, name=name,
+    # the work buffer: the four-step's blocks of a unit's lines (_four_step), the last one
+    # padded, which only L2 < lanes leaves short: by fewer than lanes lines of L1 <= L2 rows each
+    lanes = lanes_of(real)
+    work = n_total + outer * _i64((lanes - 1) ** 2)
+    d, _, _ = te.extern([shape + [2], (work, 2), (rows2, 2, lanes)], [src, tw], gen, name=name,
                         dtype=[real, real, real])
     return d
 
@@ -184,7 +195,7 @@ def _keep_live(T, s_buf, d_buf, w_buf, name):
 
 
 def _stages(T, W, e, n, TB, off, sign, real):
-    """The FFT of LANES lines of n = 2**e points in scratch W (2, n, 2, LANES), in Stockham
+    """The FFT of a unit's lines of n = 2**e points in scratch W (2, n, 2, lanes), in Stockham
     autosort stages: a radix-2 one when e is odd, then radix-4 ones. A stage of radix r with
     stride s (the product of the radices before it; m = n / (r·s)) maps the r inputs
     x_k = X[q + s·(p + k·m)] (p < m, q < s) to Y[q + s·(r·p + j)] = w_n^{p·s·j} Σ_k x_k w_r^{jk}.
@@ -192,7 +203,8 @@ def _stages(T, W, e, n, TB, off, sign, real):
     -> the half of W that holds the result. Every butterfly is vectorised across the lanes; its
     inputs go through a register buffer (read from W once: LLVM cannot tell W's halves apart)."""
     one, two, zero = _i64(1), _i64(2), _i64(0)
-    lanes = _i64(LANES)
+    width = lanes_of(real)
+    lanes = _i64(width)
     odd = tirx.bitwise_and(e, one)
 
     def root(r):
@@ -203,7 +215,7 @@ def _stages(T, W, e, n, TB, off, sign, real):
             m = tirx.shift_right(n, one)
             with T.serial(zero, m) as p:
                 w = root(p)
-                R = T.buffer_proxy(scratch((4, LANES), real))
+                R = T.buffer_proxy(scratch((4, width), real))
                 with T.vectorized(zero, lanes) as b:
                     for k in range(2):
                         R[2 * k, b] = W[0, p + m * k, 0, b]
@@ -226,7 +238,7 @@ def _stages(T, W, e, n, TB, off, sign, real):
             q = tirx.bitwise_and(j, s - one)
             ps = p * s
             w1, w2, w3 = root(ps), root(ps * two), root(ps * _i64(3))
-            R = T.buffer_proxy(scratch((8, LANES), real))
+            R = T.buffer_proxy(scratch((8, width), real))
             with T.vectorized(zero, lanes) as b:
                 for i in range(4):
                     R[2 * i, b] = W[par, q + s * (p + m * i), 0, b]
@@ -254,26 +266,26 @@ def _gather(T, W, rows, lanes, at, read) -> None:
 
 
 def _rows_in(T, W, rows, F, start, stride, scale, real) -> None:
-    """A full unit's copy-in: row j is the LANES points F[start + j·stride + b] (complex, F a flat
+    """A full unit's copy-in: row j is the unit's points F[start + j·stride + b] (complex, F a flat
     float view), one contiguous load split into its re and im lanes (a shuffle, not a gather)."""
-    zero = _i64(0)
+    zero, width = _i64(0), lanes_of(real)
     with T.serial(zero, rows) as j:
-        R = T.buffer_proxy(scratch((2 * LANES,), real))
+        R = T.buffer_proxy(scratch((2 * width,), real))
         at = (start + j * stride) * _i64(2)
-        with T.vectorized(zero, _i64(2 * LANES)) as f:
+        with T.vectorized(zero, _i64(2 * width)) as f:
             R[f] = _scaled(F[at + f], scale)
-        with T.vectorized(zero, _i64(LANES)) as b:
+        with T.vectorized(zero, _i64(width)) as b:
             W[0, j, 0, b] = R[b * _i64(2)]
             W[0, j, 1, b] = R[b * _i64(2) + _i64(1)]
 
 
 def _copy_in(T, W, rows, flat, pairs, first, count, point, stride, scale, real):
-    """A unit's copy-in of the lines first .. first + LANES of ``count`` into the scratch's first
+    """A unit's copy-in of the lines first .. first + lanes of ``count`` into the scratch's first
     half: ``_rows_in`` when they all exist (row j of line c at ``point(j, c)``, a row ``stride``
     points after the last), else ``_gather`` with the line clamped to the last one. -> the "all
     lines exist" condition (the copy-out's choice). ``flat``/``pairs``: the same buffer as flat
     floats and as (re, im) pairs."""
-    lanes = _i64(LANES)
+    lanes = _i64(lanes_of(real))
     full = first + lanes <= count
     with T.If(full):
         with T.Then():
@@ -287,26 +299,26 @@ def _copy_in(T, W, rows, flat, pairs, first, count, point, stride, scale, real):
 def _rows_out(T, W, res, rows, F, start, stride, real) -> None:
     """A full unit's copy-out: F[start + k·stride + b] = W[res, k, :, b], re and im lanes
     interleaved in registers, one contiguous store a row."""
-    zero = _i64(0)
+    zero, width = _i64(0), lanes_of(real)
     with T.serial(zero, rows) as k:
-        R = T.buffer_proxy(scratch((2 * LANES,), real))
-        with T.vectorized(zero, _i64(LANES)) as b:
+        R = T.buffer_proxy(scratch((2 * width,), real))
+        with T.vectorized(zero, _i64(width)) as b:
             R[b * _i64(2)] = W[res, k, 0, b]
             R[b * _i64(2) + _i64(1)] = W[res, k, 1, b]
         at = (start + k * stride) * _i64(2)
-        with T.vectorized(zero, _i64(2 * LANES)) as f:
+        with T.vectorized(zero, _i64(2 * width)) as f:
             F[at + f] = R[f]
 
 
-def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2):
+def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2, lanes):
     """The four-step's twiddles in the scratch: row k < L2 of lane b (line c = first + b, j1 = c
     // inner) of W[res] times w^{j1·k}, into W[1 - res] (-> 1 - res). Vectorised across the
     lanes where their j1 are j1_0 + b (inner = 1: w^{j1_0·k} times row k of the lane table
-    ``LT``, w^{b·k}) or all j1_0 (LANES divides inner: one root a row); lane by lane otherwise
+    ``LT``, w^{b·k}) or all j1_0 (lanes divides inner: one root a row); lane by lane otherwise
     (j1 clamped: a tail unit's missing lines are never stored). Per lane, the root's index
     differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a 2^20-point
     transform's time there)."""
-    zero, one, lanes = _i64(0), _i64(1), _i64(LANES)
+    zero, one = _i64(0), _i64(1)
     j0 = tirx.floordiv(first, inner)
 
     def scale(k, b, w):
@@ -335,13 +347,13 @@ def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2):
     return one - res
 
 
-def _line_out(T, W, res, Wk, b, rows, runs, at) -> None:
+def _line_out(T, W, res, Wk, b, rows, runs, at, lanes) -> None:
     """Lane b's line out of the scratch into the work buffer, its row k at ``at(k)``: in runs of
-    LANES rows (contiguous stores) where ``runs`` holds (each run of LANES rows of the line is
+    ``lanes`` rows (contiguous stores) where ``runs`` holds (each run of that many rows is
     contiguous there) and the line has whole runs; else row by row (the runs' blocked address
     computed per row kept LLVM from vectorising: 22 % of a 2^20-point transform's samples on
     AVX2, against 11 % in runs)."""
-    zero, lanes = _i64(0), _i64(LANES)
+    zero = _i64(0)
     with T.If(tirx.all(runs, rows >= lanes)):
         with T.Then():
             with T.serial(zero, tirx.floordiv(rows, lanes)) as kb:
@@ -357,17 +369,18 @@ def _line_out(T, W, res, Wk, b, rows, runs, at) -> None:
 
 def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, length, inner,
                l2, h, len1, len2, sign, real, name, scale):
-    """The CPU form (``_fft_pow2``). A unit of LANES whole lines copies in and out through
+    """The CPU form (``_fft_pow2``). A unit of whole lines (``lanes_of``) copies in and out through
     contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
-    lines) through the clamped scalar copy. ``LT`` (L2, 2, LANES), filled first: w^{b·k}, the
+    lines) through the clamped scalar copy. ``LT`` (L2, 2, lanes), filled first: w^{b·k}, the
     lanes' part of the twiddles (``_line_twiddles``).
 
-    The work buffer holds the second step's lines (k2·inner + i) in blocks of LANES, each block
-    row by row (outer, line // LANES, j1, line % LANES): a unit of the second step reads its
-    rows as one contiguous run (a row a line's stride apart, 64 bytes from every 8 KiB of a
-    2^20-point transform, was ~15 % of its time)."""
+    The work buffer holds the second step's lines (k2·inner + i) in blocks of a unit's lines,
+    each block row by row (outer, line // lanes, j1, line % lanes): a unit of the second step
+    reads its rows as one contiguous run (a row a line's stride apart, 64 bytes from every 8 KiB
+    of a 2^20-point transform, was ~15 % of its samples on AVX2)."""
     from ._extern import ceildiv, region
-    lanes = _i64(LANES)
+    width = lanes_of(real)
+    lanes = _i64(width)
     h1 = l2 - h
     c1, c2, li = len1 * inner, len2 * inner, length * inner
     per_outer = len1 * ceildiv(c2, lanes) * lanes
@@ -389,11 +402,11 @@ def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, 
     with units(f"{name}_rows", [outer, ceildiv(c1, lanes)]) as (o, cb):
         T.reads(region(s_buf), region(tw_buf), region(lt_buf))
         T.writes(region(w_buf))
-        W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, LANES), real))
+        W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, width), real))
         base = o * li
         _copy_in(T, W, len2, SF, S, cb * lanes, c1, lambda j, c: base + c + j * c1, c1, scale, real)
         res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
-        res = _line_twiddles(T, W, res, TB, LT, cb * lanes, inner, len1, h, len2)
+        res = _line_twiddles(T, W, res, TB, LT, cb * lanes, inner, len1, h, len2, lanes)
         with T.serial(_i64(0), lanes) as b:
             c = cb * lanes + b
             with T.If(c < c1):
@@ -401,11 +414,11 @@ def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, 
                     j1 = tirx.floordiv(c, inner)
                     i = c - j1 * inner
                     _line_out(T, W, res, Wk, b, len2, inner == _i64(1),
-                              lambda k: work_at(o, j1, k * inner + i))
+                              lambda k: work_at(o, j1, k * inner + i), lanes)
     with units(f"{name}_cols", [outer, ceildiv(c2, lanes)]) as (o, cb):
         T.reads(region(w_buf), region(tw_buf))
         T.writes(region(d_buf))
-        W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, LANES), real))
+        W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, width), real))
         base = o * li
         full = _copy_in(T, W, len1, WF, Wk, cb * lanes, c2, lambda j, c: work_at(o, j, c), lanes,
                         None, real)

@@ -73,15 +73,18 @@ def test_c2c_long_is_accurate(n):
 
 @pytest.mark.parametrize("shape,axis", [((2, 512), 1), ((256, 3), 0), ((3, 128, 5), 1), ((2, 5, 3), 1),
                                         ((2048,), 0), ((128, 16), 0), ((2, 64, 24), 1)])
-def test_c2c_lines_in_many_units(shape, axis):
-    """The CPU four-step form splits a line's work over several units of LANES neighbouring
-    lines (ragged at the end), with strided (inner > 1) and Bluestein-padded lines too, as
-    numpy (float64) does it; the odd and even log2 sizes take the radix-2 stage or not. The
-    twiddles between the steps take each of their three forms: lanes of neighbouring lines
-    (inner 1), lanes of one line (inner 16, 24: LANES divides it), mixed (inner 3, 5)."""
-    g = crand(shape, seed=2)
+@pytest.mark.parametrize("dtype", ["complex128", "complex64"])
+def test_c2c_lines_in_many_units(shape, axis, dtype):
+    """The CPU four-step form splits a line's work over several units of neighbouring lines
+    (16 for complex64, 8 for complex128: a 128-byte row; ragged at the end), with strided
+    (inner > 1) and Bluestein-padded lines too, as numpy (float64) does it; the odd and even
+    log2 sizes take the radix-2 stage or not. The twiddles between the steps take each of their
+    three forms: lanes of neighbouring lines (inner 1), lanes of one line (inner 16; 24 too with
+    complex128's 8 lanes), mixed (inner 3, 5; 24 with complex64's 16)."""
+    g = crand(shape, dtype, seed=2)
     ours = tvmgrad.run("fft_c2c_grad", {"out_grad": g}, {"axes": [axis], "normalization": "ortho", "forward": False})
-    close("c2c", ours["x_grad"], np.fft.fft(g, axis=axis, norm="ortho"), rtol=1e-12)
+    want = np.fft.fft(g.astype(np.complex128), axis=axis, norm="ortho").astype(dtype)
+    close("c2c", ours["x_grad"], want, rtol=1e-12 if dtype == "complex128" else None)
 
 
 # ------------------------------------------------------------------------------------------
