@@ -126,9 +126,9 @@ def _fft_pow2(src, axis: int, l2, sign, real: str, name: str, cuda, scale=None):
     w^{j1·k2}, into a work buffer (its lines (k2, inner) in blocks: ``_four_step``); (2) the
     L1-point FFTs over j1 of every (outer, k2, inner) line into the result. Each is one parallel
     sblock over units of ``lanes_of`` neighbouring lines (neighbours in memory: a unit loads and
-    stores whole rows); a unit
-    copies its lines into a scratch buffer (rows x (re, im) x lanes, in cache) and runs all the
-    Stockham radix-2 stages there, vectorised across the lanes: two passes over memory in all.
+    stores whole rows); a unit copies its lines into a scratch buffer (rows x (re, im) x lanes,
+    in cache) and runs all the Stockham radix-2 stages there, vectorised across the lanes: two
+    passes over memory in all.
 
     CUDA (``cuda`` = 1): Stockham radix-2 over all lines, one sblock per stage (a thread per
     butterfly, the stage loop on the host: a launch per stage), ping-ponging between the result
@@ -315,9 +315,9 @@ def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2, lanes):
     // inner) of W[res] times w^{j1·k}, into W[1 - res] (-> 1 - res). Vectorised across the
     lanes where their j1 are j1_0 + b (inner = 1: w^{j1_0·k} times row k of the lane table
     ``LT``, w^{b·k}) or all j1_0 (lanes divides inner: one root a row); lane by lane otherwise
-    (j1 clamped: a tail unit's missing lines are never stored). Per lane, the root's index
-    differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a 2^20-point
-    transform's time there)."""
+    (j1 clamped: a tail unit's missing lines are never stored). Vectorised there, each root's
+    index differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a
+    2^20-point transform's samples there, when every unit took this form)."""
     zero, one = _i64(0), _i64(1)
     j0 = tirx.floordiv(first, inner)
 
@@ -350,9 +350,9 @@ def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2, lanes):
 def _line_out(T, W, res, Wk, b, rows, runs, at, lanes) -> None:
     """Lane b's line out of the scratch into the work buffer, its row k at ``at(k)``: in runs of
     ``lanes`` rows (contiguous stores) where ``runs`` holds (each run of that many rows is
-    contiguous there) and the line has whole runs; else row by row (the runs' blocked address
-    computed per row kept LLVM from vectorising: 22 % of a 2^20-point transform's samples on
-    AVX2, against 11 % in runs)."""
+    contiguous there) and the line has whole runs; else row by row (the blocked address computed
+    per row kept LLVM from vectorising: 22 % of a 2^20-point transform's samples on AVX2 with
+    8 lanes, against 11 % in runs)."""
     zero = _i64(0)
     with T.If(tirx.all(runs, rows >= lanes)):
         with T.Then():
@@ -369,8 +369,8 @@ def _line_out(T, W, res, Wk, b, rows, runs, at, lanes) -> None:
 
 def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, length, inner,
                l2, h, len1, len2, sign, real, name, scale):
-    """The CPU form (``_fft_pow2``). A unit of whole lines (``lanes_of``) copies in and out through
-    contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
+    """The CPU form (``_fft_pow2``). A unit of whole lines (``lanes_of``) copies in and out
+    through contiguous vector loads and stores (``_rows_in``, ``_rows_out``); the tail unit (fewer
     lines) through the clamped scalar copy. ``LT`` (L2, 2, lanes), filled first: w^{b·k}, the
     lanes' part of the twiddles (``_line_twiddles``).
 
