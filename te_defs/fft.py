@@ -310,16 +310,16 @@ def _rows_out(T, W, res, rows, F, start, stride, real) -> None:
             F[at + f] = R[f]
 
 
-def _line_twiddles(T, W, res, TB, LT, first, inner, len1, h, len2, lanes):
+def _line_twiddles(T, W, res, TB, LT, first, j0, inner, len1, h, len2, lanes):
     """The four-step's twiddles in the scratch: row k < L2 of lane b (line c = first + b, j1 = c
-    // inner) of W[res] times w^{j1·k}, into W[1 - res] (-> 1 - res). Vectorised across the
-    lanes where their j1 are j1_0 + b (inner = 1: w^{j1_0·k} times row k of the lane table
-    ``LT``, w^{b·k}) or all j1_0 (lanes divides inner: one root a row); lane by lane otherwise
+    // inner; j0 = first // inner) of W[res] times w^{j1·k}, into W[1 - res] (-> 1 - res).
+    Vectorised across the lanes where their j1 are j0 + b (inner = 1: w^{j0·k} times row k of the
+    lane table
+    ``LT``, w^{b·k}) or all j0 (lanes divides inner: one root a row); lane by lane otherwise
     (j1 clamped: a tail unit's missing lines are never stored). Vectorised there, each root's
     index differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a
     2^20-point transform's samples there, when every unit took this form)."""
     zero, one = _i64(0), _i64(1)
-    j0 = tirx.floordiv(first, inner)
 
     def scale(k, b, w):
         v = Complex(W[res, k, 0, b], W[res, k, 1, b]) * w
@@ -370,7 +370,7 @@ def _transposed(rows: list) -> list:
     return rows
 
 
-def _block_out(T, W, res, row, F, at, width) -> None:
+def _block_out(W, res, row, F, at, width) -> None:
     """A full unit's block of ``width`` rows (from ``row``) x its ``width`` lines out of the
     scratch, transposed in registers: F[at + (b·width + kk)·2 + (0, 1)] = W[res, row + kk, :, b]
     (F a flat float view), each line's run of points one contiguous store."""
@@ -432,19 +432,18 @@ def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, 
         T.reads(region(s_buf), region(tw_buf), region(lt_buf))
         T.writes(region(w_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len2, 2, width), real))
-        base = o * li
-        _copy_in(T, W, len2, SF, S, cb * lanes, c1, lambda j, c: base + c + j * c1, c1, scale, real)
-        res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
-        res = _line_twiddles(T, W, res, TB, LT, cb * lanes, inner, len1, h, len2, lanes)
-        first = cb * lanes
+        base, first = o * li, cb * lanes
         j0 = tirx.floordiv(first, inner)
-        # the lanes' lines out, in the forms of _line_twiddles: lines j1_0 + b (inner 1),
+        _copy_in(T, W, len2, SF, S, first, c1, lambda j, c: base + c + j * c1, c1, scale, real)
+        res = _stages(T, W, h, len2, TB, len2 + len1, sign, real)
+        res = _line_twiddles(T, W, res, TB, LT, first, j0, inner, len1, h, len2, lanes)
+        # the lanes' lines out, in the forms of _line_twiddles: lines j0 + b (inner 1),
         # transposed in registers a block of lanes x lanes points at a time; points i_0 + b of
         # one line (lanes divide inner), each row one contiguous run; else lane by lane
         with T.If(tirx.all(inner == _i64(1), len2 >= lanes, first + lanes <= c1)):
             with T.Then():
                 with T.serial(_i64(0), tirx.floordiv(len2, lanes)) as kb:
-                    _block_out(T, W, res, kb * lanes, WF, work_at(o, first, kb * lanes) * _i64(2),
+                    _block_out(W, res, kb * lanes, WF, work_at(o, first, kb * lanes) * _i64(2),
                                width)
             with T.Else():
                 with T.If(tirx.floormod(inner, lanes) == _i64(0)):
@@ -458,22 +457,16 @@ def _four_step(T, S, D, Wk, TB, LT, s_buf, tw_buf, lt_buf, d_buf, w_buf, outer, 
         T.reads(region(w_buf), region(tw_buf))
         T.writes(region(d_buf))
         W = T.buffer_proxy(T.alloc_buffer((2, len1, 2, width), real))
-        base = o * li
-        full = _copy_in(T, W, len1, WF, Wk, cb * lanes, c2, lambda j, c: work_at(o, j, c), lanes,
+        base, first = o * li, cb * lanes
+        full = _copy_in(T, W, len1, WF, Wk, first, c2, lambda j, c: work_at(o, j, c), lanes,
                         None, real)
         res = _stages(T, W, h1, len1, TB, len2, sign, real)
         with T.If(full):
             with T.Then():
-                _rows_out(T, W, res, len1, DF, base + cb * lanes, c2, real)
-            with T.Else():
-                with T.serial(_i64(0), len1) as k:
-                    with T.serial(_i64(0), lanes) as b:
-                        c = cb * lanes + b
-                        with T.If(c < c2):
-                            with T.Then():
-                                at = base + c + k * c2
-                                D[at, 0] = W[res, k, 0, b]
-                                D[at, 1] = W[res, k, 1, b]
+                _rows_out(T, W, res, len1, DF, base + first, c2, real)
+            with T.Else():                             # the tail unit, lane by lane
+                _lines_out(T, W, res, D, first, c2, _i64(1), len1,
+                           lambda c, k: base + c + k * c2, lanes)
 
 
 def _stockham(T, S, A, Bw, TB, s_buf, tw_buf, d_buf, w_buf, outer, length, inner, n_total, l2, h, len2,
