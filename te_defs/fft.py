@@ -32,6 +32,8 @@ zero size, SIGFPE); fft_c2r_grad over a transform axis of size 0 is a ValueError
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 from tvmgrad.dtypes import COMPLEX, FLOATS, to_compute
@@ -41,7 +43,7 @@ from tvmgrad.lazy import te, tirx
 
 from ._extern import scratch, units
 
-__all__ = ["fft_c2c_grad", "fft_r2c_grad", "fft_c2r_grad"]
+__all__ = ["fft_c2c_grad", "fft_r2c_grad", "fft_c2r_grad", "butterfly_vectors"]
 
 
 def _transform(ctx, z0, scale=None):
@@ -85,11 +87,36 @@ def _flat(idx, shape):
 # 16 (256 bytes) against 8: +5 %.
 ROW_BYTES = 128
 
+_VECTOR_BYTES = contextvars.ContextVar("tvmgrad_fft_vector_bytes", default=ROW_BYTES)
+
+
+@contextlib.contextmanager
+def butterfly_vectors(nbytes: int):
+    """Within: the four-step's radix-4 butterflies take a unit's lanes ``nbytes`` of re (and of
+    im) at a time, one vector register of the CPU target (entered by tvmgrad.build.lower; the
+    kernel cache keys the target). Outside: all the lanes at once (ROW_BYTES / 2)."""
+    token = _VECTOR_BYTES.set(nbytes)
+    try:
+        yield
+    finally:
+        _VECTOR_BYTES.reset(token)
+
 
 def lanes_of(real: str) -> int:
     """The lines of a CPU unit for complex numbers of ``real`` pairs."""
     import tvm
     return ROW_BYTES // (2 * tvm.DataType(real).bits // 8)
+
+
+def _butterfly_lanes(real: str) -> int:
+    """The lanes a radix-4 butterfly takes at a time (``butterfly_vectors``): its 4 inputs are 8
+    rows of that many lanes, one register each. All of a unit's 16 complex64 lanes on AVX2 (two
+    ymm a row: 16 for the inputs alone, spilled) against 8 at a time: -11 % for a 2^20-point
+    transform (in-process A/B, 2 threads), complex128 4 against 8: -8 %; on AVX-512 (one zmm a
+    row) 8 at a time against all 16: +4 %."""
+    import tvm
+    width = lanes_of(real)
+    return max(1, min(width, _VECTOR_BYTES.get() // (tvm.DataType(real).bits // 8)))
 
 
 def _i64(v):
@@ -200,8 +227,9 @@ def _stages(T, W, e, n, TB, off, sign, real):
     stride s (the product of the radices before it; m = n / (r·s)) maps the r inputs
     x_k = X[q + s·(p + k·m)] (p < m, q < s) to Y[q + s·(r·p + j)] = w_n^{p·s·j} Σ_k x_k w_r^{jk}.
     Stage i reads W[i mod 2] and writes W[1 - i mod 2]; the roots are TB[off + r] = w_n^r (r < n).
-    -> the half of W that holds the result. Every butterfly is vectorised across the lanes; its
-    inputs go through a register buffer (read from W once: LLVM cannot tell W's halves apart)."""
+    -> the half of W that holds the result. Every butterfly is vectorised across the lanes (a
+    radix-4 one ``_butterfly_lanes`` at a time); its inputs go through a register buffer (read
+    from W once: LLVM cannot tell W's halves apart)."""
     one, two, zero = _i64(1), _i64(2), _i64(0)
     width = lanes_of(real)
     lanes = _i64(width)
@@ -238,20 +266,24 @@ def _stages(T, W, e, n, TB, off, sign, real):
             q = tirx.bitwise_and(j, s - one)
             ps = p * s
             w1, w2, w3 = root(ps), root(ps * two), root(ps * _i64(3))
-            R = T.buffer_proxy(scratch((8, width), real))
-            with T.vectorized(zero, lanes) as b:
-                for i in range(4):
-                    R[2 * i, b] = W[par, q + s * (p + m * i), 0, b]
-                    R[2 * i + 1, b] = W[par, q + s * (p + m * i), 1, b]
-            with T.vectorized(zero, lanes) as b:
-                a, bb, c, d = (Complex(R[2 * i, b], R[2 * i + 1, b]) for i in range(4))
-                apc, amc, bpd, bmd = a + c, a - c, bb + d, bb - d
-                jb = Complex(-bmd.im * si, bmd.re * si)          # sign·i·(b - d)
-                outs = (apc + bpd, (amc + jb) * w1, (apc - bpd) * w2, (amc - jb) * w3)
-                for i, y in enumerate(outs):
-                    at = q + s * (p * _i64(4) + _i64(i))
-                    W[one - par, at, 0, b] = y.re
-                    W[one - par, at, 1, b] = y.im
+            step = _butterfly_lanes(real)
+            with T.serial(zero, _i64(width // step)) as bo:
+                R = T.buffer_proxy(scratch((8, step), real))
+                with T.vectorized(zero, _i64(step)) as bi:
+                    b = bo * _i64(step) + bi
+                    for i in range(4):
+                        R[2 * i, bi] = W[par, q + s * (p + m * i), 0, b]
+                        R[2 * i + 1, bi] = W[par, q + s * (p + m * i), 1, b]
+                with T.vectorized(zero, _i64(step)) as bi:
+                    b = bo * _i64(step) + bi
+                    a, bb, c, d = (Complex(R[2 * i, bi], R[2 * i + 1, bi]) for i in range(4))
+                    apc, amc, bpd, bmd = a + c, a - c, bb + d, bb - d
+                    jb = Complex(-bmd.im * si, bmd.re * si)          # sign·i·(b - d)
+                    outs = (apc + bpd, (amc + jb) * w1, (apc - bpd) * w2, (amc - jb) * w3)
+                    for i, y in enumerate(outs):
+                        at = q + s * (p * _i64(4) + _i64(i))
+                        W[one - par, at, 0, b] = y.re
+                        W[one - par, at, 1, b] = y.im
     return tirx.bitwise_and(odd + tirx.shift_right(e, one), one)
 
 

@@ -87,6 +87,30 @@ def test_c2c_lines_in_many_units(shape, axis, dtype):
     close("c2c", ours["x_grad"], want, rtol=1e-12 if dtype == "complex128" else None)
 
 
+@pytest.mark.parametrize("cpu,dtype,step", [("x86-64-v3", "complex64", 8), ("x86-64-v3", "complex128", 4),
+                                            ("x86-64-v4", "complex64", 16), ("x86-64-v4", "complex128", 8)])
+def test_c2c_butterflies_one_vector_register_wide(cpu, dtype, step):
+    """The four-step's radix-4 butterflies take a unit's lanes one vector register of the target
+    at a time (te_defs/fft.butterfly_vectors: AVX2's 256 bits, AVX-512's 512; a unit's row is
+    128 bytes, 16 complex64 or 8 complex128 lanes, so AVX2 takes it in two), in both passes (a
+    load and a compute loop each); the transform is numpy's on every target this host runs."""
+    import re
+
+    from harness import scheduled
+
+    g = crand((2, 1024), dtype, seed=3)
+    attrs = {"axes": [1], "normalization": "backward", "forward": True}
+    planned, text = scheduled("fft_c2c_grad", {"out_grad": g}, attrs, cpu=cpu)
+    widths = re.findall(r"T\.vectorized\(T\.int64\((\d+)\)\)", text)
+    lanes = 128 // np.dtype(dtype).itemsize                 # a unit's lines
+    narrow = [int(w) for w in widths if int(w) < lanes]
+    assert narrow == ([step] * 4 if step < lanes else []), text
+    if not planned.target.missing_on_host:
+        ours = tvmgrad.run("fft_c2c_grad", {"out_grad": g}, attrs, target=f"llvm:{cpu}")
+        close("c2c", ours["x_grad"], np.fft.ifft(g.astype(np.complex128), axis=1).astype(dtype) * 1024,
+              rtol=1e-12 if dtype == "complex128" else None)
+
+
 # ------------------------------------------------------------------------------------------
 # r2c
 

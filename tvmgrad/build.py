@@ -48,14 +48,18 @@ def _lower(plan: Plan, target: Resolved):
 
 def _made(plan: Plan, target: Resolved):
     """The plan's function for the target's schedule rules: on a CPU, contractions padded for
-    its micro-kernel's rows (te_defs/_dense.row_tiles) and attention's dQ in the dK/dV pass
-    (te_defs/attention.one_pass)."""
+    its micro-kernel's rows (te_defs/_dense.row_tiles), attention's dQ in the dK/dV pass
+    (te_defs/attention.one_pass) and the FFT's butterflies a vector register wide
+    (te_defs/fft.butterfly_vectors)."""
     if target.kind != "llvm":
         return plan.make()
+    from .schedules.cpu._isa import vector_unit
     from .schedules.cpu.gemm_dense import tile_rows
     from .te_defs._dense import row_tiles
     from .te_defs.attention import one_pass
-    with row_tiles(tile_rows(target.target)), one_pass():
+    from .te_defs.fft import butterfly_vectors
+    with (row_tiles(tile_rows(target.target)), one_pass(),
+          butterfly_vectors(vector_unit(target.target).bits // 8)):
         return plan.make()
 
 
