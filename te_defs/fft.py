@@ -94,7 +94,8 @@ _VECTOR_BYTES = contextvars.ContextVar("tvmgrad_fft_vector_bytes", default=ROW_B
 def butterfly_vectors(nbytes: int):
     """Within: the four-step's radix-4 butterflies take a unit's lanes ``nbytes`` of re (and of
     im) at a time, one vector register of the CPU target (entered by tvmgrad.build.lower; the
-    kernel cache keys the target). Outside: all the lanes at once (ROW_BYTES / 2)."""
+    kernel cache keys the target). Outside (CUDA, a function made outside a build): all the
+    lanes at once."""
     token = _VECTOR_BYTES.set(nbytes)
     try:
         yield
