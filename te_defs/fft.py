@@ -347,10 +347,9 @@ def _line_twiddles(T, W, res, TB, LT, first, j0, inner, len1, h, len2, lanes):
     """The four-step's twiddles in the scratch: row k < L2 of lane b (line c = first + b, j1 = c
     // inner; j0 = first // inner) of W[res] times w^{j1·k}, into W[1 - res] (-> 1 - res).
     Vectorised across the lanes where their j1 are j0 + b (inner = 1: w^{j0·k} times row k of the
-    lane table
-    ``LT``, w^{b·k}) or all j0 (lanes divides inner: one root a row); lane by lane otherwise
-    (j1 clamped: a tail unit's missing lines are never stored). Vectorised there, each root's
-    index differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a
+    lane table ``LT``, w^{b·k}) or all j0 (lanes divides inner: one root a row); lane by lane
+    otherwise (j1 clamped: a tail unit's missing lines are never stored). Vectorised there, each
+    root's index differs per lane: a gather on AVX-512, lane-by-lane inserts on AVX2 (~18 % of a
     2^20-point transform's samples there, when every unit took this form)."""
     zero, one = _i64(0), _i64(1)
 
